@@ -1,0 +1,61 @@
+"""The explicit KV cache: a pytree passed into and returned from every decode call.
+
+No Flax mutable collections: the cache is a plain `flax.struct` dataclass, so it can be donated,
+sharded, forked (row gathers for tree sampling) and inspected in tests.
+
+Rows are in lock-step: every row writes slot `index` at the same time. Left padding makes this
+work for prompts of different lengths: padding slots have `mask = False` and are never attended to,
+and each row keeps its own next position id `pos`.
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from rl_jax.models.config import ModelConfig
+
+
+@flax.struct.dataclass
+class KVCache:
+  """Keys/values of every layer plus the bookkeeping that makes left padding exact.
+
+  Attributes:
+    k: [n_layers, B, S, n_kv_heads, head_dim] keys (after RoPE, after q/k norm).
+    v: [n_layers, B, S, n_kv_heads, head_dim] values.
+    mask: [B, S] bool, True where the slot holds a real (non-padding) token.
+    pos: [B] int32, position id the row's next real token gets.
+    index: [] int32, the next slot to write (shared by all rows).
+  """
+
+  k: jax.Array
+  v: jax.Array
+  mask: jax.Array
+  pos: jax.Array
+  index: jax.Array
+
+  @property
+  def size(self) -> int:
+    """S: number of slots."""
+    return self.k.shape[2]
+
+  def take_rows(self, rows: jax.Array) -> "KVCache":
+    """Returns the cache with row r replaced by row rows[r] (fork = copy a row into a slot)."""
+    return KVCache(k=self.k[:, rows], v=self.v[:, rows], mask=self.mask[rows],
+                   pos=self.pos[rows], index=self.index)
+
+
+def init_cache(cfg: ModelConfig, batch: int, size: int) -> KVCache:
+  """An empty cache with `size` slots per row (prompt length + completion length)."""
+  if size > cfg.max_seq_len:
+    raise ValueError(f"cache size {size} (prompt + completion tokens) exceeds "
+                     f"ModelConfig.max_seq_len={cfg.max_seq_len}")
+  shape = (cfg.n_layers, batch, size, cfg.n_kv_heads, cfg.hd)
+  return KVCache(
+      k=jnp.zeros(shape, cfg.compute_dtype),
+      v=jnp.zeros(shape, cfg.compute_dtype),
+      mask=jnp.zeros((batch, size), bool),
+      pos=jnp.zeros((batch,), jnp.int32),
+      index=jnp.zeros((), jnp.int32),
+  )

@@ -1,0 +1,118 @@
+"""`ModelConfig`: one frozen description of a decoder-only transformer.
+
+One config covers the Llama / Qwen2 / Qwen3 / Gemma / SmolLM2 layouts through a few switches
+(q/k/v bias, q/k RMSNorm, GeGLU vs SwiGLU, scaled embeddings, the (1 + w) RMSNorm). Presets give
+named sizes; `get_preset('tiny', vocab_size=128)` overrides fields of a preset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Decoder-only transformer hyper-parameters (hashable: usable as a static jit argument).
+
+  Attributes:
+    vocab_size: V, number of token ids.
+    d_model: D, residual width.
+    n_layers: number of decoder blocks.
+    n_heads: query heads.
+    n_kv_heads: key/value heads (grouped-query attention; must divide n_heads).
+    head_dim: per-head width (0 means d_model // n_heads).
+    d_ff: hidden width of the gated MLP.
+    rope_theta: RoPE base frequency.
+    norm_eps: RMSNorm epsilon.
+    tie_embeddings: unembed with the transposed token embedding (no separate lm_head).
+    max_seq_len: longest sequence (prompt + completion) the model is used with.
+    qkv_bias: bias on q/k/v projections (Qwen2).
+    qk_norm: RMSNorm over each head of q and k (Qwen3).
+    mlp_activation: 'silu' (SwiGLU) or 'gelu_tanh' (GeGLU, Gemma).
+    scale_embeddings: multiply embeddings by sqrt(D) (Gemma).
+    norm_plus_one: RMSNorm scales by (1 + w) (Gemma).
+    dtype: compute dtype of matmuls ('float32' or 'bfloat16'); norms, softmax and log-probs are
+      always float32.
+    param_dtype: storage dtype of parameters.
+  """
+
+  vocab_size: int
+  d_model: int
+  n_layers: int
+  n_heads: int
+  n_kv_heads: int
+  d_ff: int
+  head_dim: int = 0
+  rope_theta: float = 10000.0
+  norm_eps: float = 1e-6
+  tie_embeddings: bool = True
+  max_seq_len: int = 512
+  qkv_bias: bool = False
+  qk_norm: bool = False
+  mlp_activation: str = "silu"
+  scale_embeddings: bool = False
+  norm_plus_one: bool = False
+  dtype: str = "float32"
+  param_dtype: str = "float32"
+
+  def __post_init__(self):
+    for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
+                 "max_seq_len"):
+      if getattr(self, name) <= 0:
+        raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
+    if self.n_heads % self.n_kv_heads:
+      raise ValueError(f"ModelConfig.n_heads={self.n_heads} must be a multiple of "
+                       f"n_kv_heads={self.n_kv_heads}")
+    if not self.head_dim and self.d_model % self.n_heads:
+      raise ValueError(f"ModelConfig.d_model={self.d_model} is not divisible by "
+                       f"n_heads={self.n_heads}; set head_dim explicitly")
+    if self.mlp_activation not in ("silu", "gelu_tanh"):
+      raise ValueError(f"ModelConfig.mlp_activation must be 'silu' or 'gelu_tanh', got "
+                       f"{self.mlp_activation!r}")
+    for name in ("dtype", "param_dtype"):
+      if getattr(self, name) not in _DTYPES:
+        raise ValueError(f"ModelConfig.{name} must be one of {sorted(_DTYPES)}, got "
+                         f"{getattr(self, name)!r}")
+
+  @property
+  def hd(self) -> int:
+    """Per-head width."""
+    return self.head_dim or self.d_model // self.n_heads
+
+  @property
+  def compute_dtype(self) -> Any:
+    return _DTYPES[self.dtype]
+
+  @property
+  def params_dtype(self) -> Any:
+    return _DTYPES[self.param_dtype]
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # ~0.4M parameters at vocab 128: fast enough for RL on a 2-core CPU.
+    "tiny": dict(d_model=128, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=384, max_seq_len=64),
+    # ~3M parameters: the next size up for CPU experiments.
+    "small": dict(d_model=256, n_layers=6, n_heads=8, n_kv_heads=4, d_ff=768, max_seq_len=256),
+    # SmolLM2-135M (Llama layout, tied embeddings).
+    "smollm2-135m": dict(vocab_size=49152, d_model=576, n_layers=30, n_heads=9, n_kv_heads=3,
+                         d_ff=1536, rope_theta=100000.0, norm_eps=1e-5, max_seq_len=2048),
+}
+
+
+def get_preset(name: str, **overrides: Any) -> ModelConfig:
+  """Returns the preset `name` with `overrides` applied (e.g. vocab_size for a tokenizer)."""
+  if name not in PRESETS:
+    raise KeyError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
+  fields = dict(PRESETS[name])
+  fields.update(overrides)
+  unknown = set(fields) - {f.name for f in dataclasses.fields(ModelConfig)}
+  if unknown:
+    raise ValueError(f"unknown ModelConfig field(s) {sorted(unknown)} for preset {name!r}")
+  if "vocab_size" not in fields:
+    raise ValueError(f"preset {name!r} needs vocab_size (the tokenizer's vocabulary size)")
+  return ModelConfig(**fields)

@@ -1,0 +1,105 @@
+"""Functional model API: pure functions of (cfg, params, ...), jittable with cfg static.
+
+    params = init_params(cfg, rng)
+    logits = forward(cfg, params, tokens, attention_mask)          # [B, T, V] float32
+    cache = init_cache(cfg, batch, size)
+    logits, cache = prefill(cfg, params, cache, prompt, prompt_mask)  # last-position logits
+    logits, cache = decode_step(cfg, params, cache, next_tokens)    # [B, V] float32
+
+Left- or right-padded input works: position ids are `cumsum(mask) - 1`, and padding keys are
+never attended to.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from rl_jax.models.cache import KVCache, init_cache  # noqa: F401  (re-exported)
+from rl_jax.models.config import ModelConfig
+from rl_jax.models.transformer import Transformer
+
+Params = Any
+
+
+def init_params(cfg: ModelConfig, rng: jax.Array) -> Params:
+  """Random parameters (a plain nested dict) for `cfg`."""
+  tokens = jnp.zeros((1, 2), jnp.int32)
+  key_mask = jnp.ones((1, 2, 2), bool)
+  return Transformer(cfg).init(rng, tokens, tokens, key_mask)["params"]
+
+
+def unembedding(cfg: ModelConfig, params: Params) -> jax.Array:
+  """The [D, V] unembedding matrix (the transposed embedding when tied)."""
+  if cfg.tie_embeddings:
+    return params["embed_tokens"]["embedding"].T
+  return params["lm_head"]
+
+
+def logits_from_hidden(cfg: ModelConfig, params: Params, hidden: jax.Array) -> jax.Array:
+  """hidden [..., D] -> float32 logits [..., V]."""
+  w = unembedding(cfg, params).astype(cfg.compute_dtype)
+  return jnp.einsum("...d,dv->...v", hidden.astype(cfg.compute_dtype), w,
+                    preferred_element_type=jnp.float32)
+
+
+def positions_from_mask(mask: jax.Array) -> jax.Array:
+  """Position ids that skip padding: the first real token of every row gets 0."""
+  return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def hidden_states(cfg: ModelConfig, params: Params, tokens: jax.Array,
+                  attention_mask: Optional[jax.Array] = None) -> jax.Array:
+  """Final-normed hidden states [B, T, D] of a full (uncached) forward pass."""
+  if attention_mask is None:
+    attention_mask = jnp.ones(tokens.shape, bool)
+  attention_mask = attention_mask.astype(bool)
+  t = tokens.shape[1]
+  causal = jnp.tril(jnp.ones((t, t), bool))
+  key_mask = causal[None] & attention_mask[:, None, :]
+  hidden, _ = Transformer(cfg).apply({"params": params}, tokens,
+                                     positions_from_mask(attention_mask), key_mask)
+  return hidden
+
+
+def forward(cfg: ModelConfig, params: Params, tokens: jax.Array,
+            attention_mask: Optional[jax.Array] = None) -> jax.Array:
+  """Float32 logits [B, T, V] for tokens [B, T] (mask: 1 for real tokens, 0 for padding)."""
+  return logits_from_hidden(cfg, params, hidden_states(cfg, params, tokens, attention_mask))
+
+
+def extend(cfg: ModelConfig, params: Params, cache: KVCache, tokens: jax.Array,
+           mask: jax.Array) -> tuple[jax.Array, KVCache]:
+  """Appends a block of L tokens [B, L] (mask [B, L]) to the cache; returns hidden [B, L, D]."""
+  b, l = tokens.shape
+  mask = mask.astype(bool)
+  kv_mask = jax.lax.dynamic_update_slice(cache.mask, mask, (0, cache.index))
+  positions = cache.pos[:, None] + positions_from_mask(mask)
+  slots = jnp.arange(cache.size)
+  query_slots = cache.index + jnp.arange(l)
+  key_mask = (slots[None, :] <= query_slots[:, None])[None] & kv_mask[:, None, :]
+  hidden, (k, v) = Transformer(cfg).apply({"params": params}, tokens, positions, key_mask, cache)
+  new_cache = KVCache(k=k, v=v, mask=kv_mask,
+                      pos=cache.pos + mask.sum(axis=-1, dtype=jnp.int32),
+                      index=cache.index + l)
+  return hidden, new_cache
+
+
+def prefill(cfg: ModelConfig, params: Params, cache: KVCache, tokens: jax.Array,
+            mask: jax.Array) -> tuple[jax.Array, KVCache]:
+  """Writes left-padded prompts [B, P] into the cache; returns the last position's logits."""
+  hidden, cache = extend(cfg, params, cache, tokens, mask)
+  return logits_from_hidden(cfg, params, hidden[:, -1]), cache
+
+
+def decode_step(cfg: ModelConfig, params: Params, cache: KVCache,
+                tokens: jax.Array) -> tuple[jax.Array, KVCache]:
+  """One decoding step: tokens [B] -> (next-token logits [B, V] float32, cache)."""
+  hidden, cache = extend(cfg, params, cache, tokens[:, None], jnp.ones((tokens.shape[0], 1), bool))
+  return logits_from_hidden(cfg, params, hidden[:, 0]), cache
+
+
+def num_params(params: Params) -> int:
+  return sum(x.size for x in jax.tree_util.tree_leaves(params))

@@ -1,0 +1,163 @@
+"""Flax Linen decoder: RMSNorm, RoPE, grouped-query attention, gated MLP.
+
+`Transformer.__call__` serves both a full forward pass (no cache) and cached decoding (a block of
+L new tokens written into an explicit `KVCache` at slot `cache.index`). Parameter names follow the
+Hugging Face Llama layout (`q_proj`, `gate_proj`, `input_layernorm`, ...) so import/export is a
+rename plus a transpose.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from rl_jax.models.cache import KVCache
+from rl_jax.models.config import ModelConfig
+
+_NEG_INF = -1e30
+
+
+class RMSNorm(nn.Module):
+  """y = x / rms(x) * w (or * (1 + w) for Gemma), computed in float32."""
+
+  eps: float
+  plus_one: bool = False
+  param_dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    init = nn.initializers.zeros if self.plus_one else nn.initializers.ones
+    w = self.param("weight", init, (x.shape[-1],), self.param_dtype).astype(jnp.float32)
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (y * (1.0 + w if self.plus_one else w)).astype(x.dtype)
+
+
+def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+  """Rotary embedding, rotate-half convention (HF Llama). x: [B, L, H, hd]; positions: [B, L]."""
+  hd = x.shape[-1]
+  freqs = 1.0 / (theta ** (jnp.arange(0, hd, 2, dtype=jnp.float32) / hd))
+  angles = positions.astype(jnp.float32)[..., None] * freqs  # [B, L, hd/2]
+  cos = jnp.cos(angles)[:, :, None, :]
+  sin = jnp.sin(angles)[:, :, None, :]
+  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x.dtype)
+
+
+def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> nn.Dense:
+  return nn.Dense(features, use_bias=bias, dtype=cfg.compute_dtype,
+                  param_dtype=cfg.params_dtype, name=name,
+                  kernel_init=nn.initializers.normal(0.02))
+
+
+class Attention(nn.Module):
+  """Grouped-query self-attention over the new tokens and (optionally) a cached prefix."""
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, positions, key_mask, kv, write_index):
+    """x: [B, L, D]; key_mask: [B, S, ...] see Transformer; kv: (k, v) [B, S, KVH, hd] or None."""
+    cfg = self.cfg
+    b, l, _ = x.shape
+    q = _dense(cfg, cfg.n_heads * cfg.hd, "q_proj", cfg.qkv_bias)(x)
+    k = _dense(cfg, cfg.n_kv_heads * cfg.hd, "k_proj", cfg.qkv_bias)(x)
+    v = _dense(cfg, cfg.n_kv_heads * cfg.hd, "v_proj", cfg.qkv_bias)(x)
+    q = q.reshape(b, l, cfg.n_heads, cfg.hd)
+    k = k.reshape(b, l, cfg.n_kv_heads, cfg.hd)
+    v = v.reshape(b, l, cfg.n_kv_heads, cfg.hd)
+    if cfg.qk_norm:
+      q = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="q_norm")(q)
+      k = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="k_norm")(k)
+    q = rope(q, positions, cfg.rope_theta)
+    k = rope(k, positions, cfg.rope_theta)
+    if kv is not None:
+      k_all = jax.lax.dynamic_update_slice(kv[0], k.astype(kv[0].dtype), (0, write_index, 0, 0))
+      v_all = jax.lax.dynamic_update_slice(kv[1], v.astype(kv[1].dtype), (0, write_index, 0, 0))
+      new_kv = (k_all, v_all)
+    else:
+      k_all, v_all, new_kv = k, v, None
+    groups = cfg.n_heads // cfg.n_kv_heads
+    qg = q.reshape(b, l, cfg.n_kv_heads, groups, cfg.hd)
+    scores = jnp.einsum("blkgd,bskd->bkgls", qg, k_all.astype(qg.dtype),
+                        preferred_element_type=jnp.float32) * (cfg.hd ** -0.5)
+    scores = jnp.where(key_mask[:, None, None, :, :], scores, _NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
+    out = jnp.einsum("bkgls,bskd->blkgd", probs, v_all.astype(cfg.compute_dtype))
+    out = out.reshape(b, l, cfg.n_heads * cfg.hd)
+    return _dense(cfg, cfg.d_model, "o_proj")(out), new_kv
+
+
+class MLP(nn.Module):
+  """Gated MLP: down(act(gate(x)) * up(x)); SwiGLU or GeGLU."""
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.cfg
+    gate = _dense(cfg, cfg.d_ff, "gate_proj")(x)
+    up = _dense(cfg, cfg.d_ff, "up_proj")(x)
+    act = jax.nn.silu(gate) if cfg.mlp_activation == "silu" else jax.nn.gelu(gate, approximate=True)
+    return _dense(cfg, cfg.d_model, "down_proj")(act * up)
+
+
+class Block(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, positions, key_mask, kv, write_index):
+    cfg = self.cfg
+    h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="input_layernorm")(x)
+    a, new_kv = Attention(cfg, name="self_attn")(h, positions, key_mask, kv, write_index)
+    x = x + a
+    h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype,
+                name="post_attention_layernorm")(x)
+    return x + MLP(cfg, name="mlp")(h), new_kv
+
+
+class Transformer(nn.Module):
+  """Token ids -> final-normed hidden states [B, L, D] (unembedding lives in `model.py`)."""
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array, positions: jax.Array, key_mask: jax.Array,
+               cache: Optional[KVCache] = None):
+    """Runs the decoder on `tokens` [B, L].
+
+    Args:
+      tokens: [B, L] int32 token ids.
+      positions: [B, L] int32 RoPE positions.
+      key_mask: [B, L, S] bool: query l may attend to key slot s (S = L without a cache).
+      cache: if given, the L new keys/values are written at slot `cache.index` and attention
+        runs over all S cache slots.
+
+    Returns:
+      (hidden [B, L, D] in the compute dtype, updated (k, v) stacks or None).
+    """
+    cfg = self.cfg
+    embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
+                     param_dtype=cfg.params_dtype, name="embed_tokens",
+                     embedding_init=nn.initializers.normal(0.02))
+    x = embed(tokens)
+    if cfg.scale_embeddings:
+      x = x * jnp.asarray(cfg.d_model ** 0.5, x.dtype)
+    new_k, new_v = [], []
+    for i in range(cfg.n_layers):
+      kv = None if cache is None else (cache.k[i], cache.v[i])
+      write_index = None if cache is None else cache.index
+      x, kv = Block(cfg, name=f"layers_{i}")(x, positions, key_mask, kv, write_index)
+      if kv is not None:
+        new_k.append(kv[0])
+        new_v.append(kv[1])
+    x = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="norm")(x)
+    if not cfg.tie_embeddings:  # Otherwise the transposed embedding is the unembedding.
+      self.param("lm_head", nn.initializers.normal(0.02), (cfg.d_model, cfg.vocab_size),
+                 cfg.params_dtype)
+    stacks = None if cache is None else (jnp.stack(new_k), jnp.stack(new_v))
+    return x, stacks

@@ -1,0 +1,81 @@
+"""Sampler invariants: EOS masking, greedy == argmax of full forward, sampler logp == trainer logp."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rl_jax import models, sampling
+from rl_jax.rl import logprobs
+
+
+@pytest.fixture(scope="module")
+def setup():
+  cfg = models.ModelConfig(vocab_size=23, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                           d_ff=64, max_seq_len=32)
+  params = models.init_params(cfg, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  lengths = np.array([5, 2, 3, 1])
+  p = 5
+  prompt_mask = np.arange(p)[None, :] >= (p - lengths)[:, None]
+  prompt = np.where(prompt_mask, rng.integers(3, cfg.vocab_size, (4, p)), 0)
+  return cfg, params, jnp.asarray(prompt), jnp.asarray(prompt_mask)
+
+
+@pytest.mark.parametrize("strategy", [sampling.Sampling(1.0), sampling.Sampling(0.7, top_k=5),
+                                      sampling.Sampling(1.3, top_p=0.8)])
+def test_sampler_logp_equals_trainer_logp(setup, strategy):
+  cfg, params, prompt, prompt_mask = setup
+  out = sampling.generate(params, prompt, prompt_mask, jax.random.key(3), cfg=cfg,
+                          strategy=strategy, max_new_tokens=8, eos_id=1)
+  logp, ent = logprobs.completion_logprobs(cfg, params, prompt, prompt_mask, out.tokens,
+                                           out.mask, temperature=strategy.temperature,
+                                           with_entropy=True)
+  np.testing.assert_allclose(out.logp, logp, atol=1e-5)
+  np.testing.assert_allclose(out.entropy, ent, atol=1e-5)
+  assert bool(jnp.all(out.logp <= 0)) and float(out.mask.sum()) > 0
+
+
+def test_eos_masks_rest_of_row(setup):
+  cfg, params, prompt, prompt_mask = setup
+  eos = 1
+  # Bias the model towards EOS so rows finish early at different steps.
+  params = jax.tree_util.tree_map(lambda x: x, params)
+  params["embed_tokens"]["embedding"] = params["embed_tokens"]["embedding"].at[eos].mul(40.0)
+  out = sampling.generate(params, prompt, prompt_mask, jax.random.key(5), cfg=cfg,
+                          strategy=sampling.Sampling(1.0), max_new_tokens=10, eos_id=eos)
+  tokens, mask = np.asarray(out.tokens), np.asarray(out.mask)
+  assert (tokens == eos).any()
+  for row_t, row_m in zip(tokens, mask):
+    hits = np.flatnonzero(row_t == eos)
+    end = hits[0] + 1 if len(hits) else len(row_t)
+    assert row_m[:end].all() and not row_m[end:].any()
+    assert (row_t[end:] == 0).all()
+
+
+def test_greedy_matches_full_forward_argmax(setup):
+  cfg, params, prompt, prompt_mask = setup
+  out = sampling.generate(params, prompt, prompt_mask, jax.random.key(0), cfg=cfg,
+                          strategy=sampling.GREEDY, max_new_tokens=6, eos_id=1)
+  tokens = jnp.concatenate([prompt, out.tokens], axis=1)
+  mask = jnp.concatenate([prompt_mask, out.mask], axis=1)
+  logits = models.forward(cfg, params, tokens, mask)
+  want = jnp.argmax(logits[:, 4:-1], axis=-1)
+  np.testing.assert_array_equal(np.where(out.mask, out.tokens, -1), np.where(out.mask, want, -1))
+
+
+def test_new_rng_gives_new_samples(setup):
+  cfg, params, prompt, prompt_mask = setup
+  kw = dict(cfg=cfg, strategy=sampling.Sampling(1.0), max_new_tokens=8, eos_id=1)
+  a = sampling.generate(params, prompt, prompt_mask, jax.random.key(1), **kw)
+  b = sampling.generate(params, prompt, prompt_mask, jax.random.key(2), **kw)
+  c = sampling.generate(params, prompt, prompt_mask, jax.random.key(1), **kw)
+  assert not np.array_equal(a.tokens, b.tokens)
+  np.testing.assert_array_equal(a.tokens, c.tokens)
+
+
+def test_strategy_validation():
+  with pytest.raises(ValueError, match="top_p"):
+    sampling.Sampling(1.0, top_p=0.0)
+  with pytest.raises(ValueError, match="temperature"):
+    sampling.Sampling(-1.0)
