@@ -1,0 +1,189 @@
+"""Checkpoints: train state (any pytree of jax arrays) + a small JSON `meta` dict.
+
+A thin layer over `orbax.checkpoint.CheckpointManager` with two items per step:
+`state` (`StandardSave`/`StandardRestore`) and `meta` (`JsonSave`/`JsonRestore`,
+e.g. data-iterator position, phase name, wall time).
+
+Atomicity: orbax writes step `k` into `k.orbax-checkpoint-tmp` and renames it
+to `k` only after every item is written, and saving here is synchronous, so a
+crash leaves at most a temporary directory that `latest_step` ignores and the
+next `Checkpointer` on the directory deletes.
+
+PRNG keys: typed keys (`jax.random.key`) and raw `uint32` keys
+(`jax.random.PRNGKey`) both round-trip; orbax stores a typed key's key data.
+`restore` returns each key in the form of the target (typed or raw), whatever
+form it was saved in.
+
+Example::
+
+    ckpt = Checkpointer(workdir + "/ckpt", save_every=100)
+    if (step := ckpt.latest_step()) is not None:
+      state, meta = ckpt.restore(step, jax.eval_shape(init_state))
+    ...
+    ckpt.maybe_save(step, state, {"phase": "rl", "data_pos": pos})
+    ckpt.close()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+_MAX_LISTED = 8
+
+
+class CheckpointMismatchError(ValueError):
+  """The checkpoint on disk has a different tree structure or shapes."""
+
+
+def _is_key(x: Any) -> bool:
+  return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
+
+
+def _stored_shape(x: Any) -> tuple[int, ...]:
+  """Shape of `x` as stored on disk (a typed key is stored as its key data)."""
+  if _is_key(x):
+    return tuple(jax.eval_shape(jax.random.key_data, x).shape)
+  return tuple(np.shape(x))
+
+
+def _by_path(tree: Any) -> dict[str, Any]:
+  """Leaves keyed by dotted path ('params.w', 'opt.0.mu.w'), as orbax names them."""
+  leaves, _ = jax.tree_util.tree_flatten_with_path(
+      tree, is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
+  return {jax.tree_util.keystr(p, simple=True, separator="."): x
+          for p, x in leaves}
+
+
+def _listed(names) -> str:
+  names = sorted(names)
+  more = f" (+{len(names) - _MAX_LISTED} more)" if len(names) > _MAX_LISTED else ""
+  return ", ".join(names[:_MAX_LISTED]) + more
+
+
+def _as_target_key(restored: Any, target: Any) -> Any:
+  """Gives `restored` the key form (typed or raw uint32) of `target`."""
+  if _is_key(target) and not _is_key(restored):
+    impl = jax.random.key_impl(target) if isinstance(target, jax.Array) else None
+    return jax.random.wrap_key_data(restored, impl=impl)
+  if _is_key(restored) and not _is_key(target):
+    return jax.random.key_data(restored)
+  return restored
+
+
+class Checkpointer:
+  """Saves every `save_every` steps into `directory`, keeping `max_to_keep`."""
+
+  def __init__(self, directory: str | os.PathLike, *, save_every: int,
+               max_to_keep: int = 2):
+    if save_every < 1:
+      raise ValueError(f"save_every must be >= 1, got {save_every}")
+    self.directory = os.path.abspath(os.fspath(directory))
+    self.save_every = save_every
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep,
+        enable_async_checkpointing=False,  # save returns once it is on disk
+        cleanup_tmp_directories=True,  # remove what a crashed save left
+        create=True)
+    self._manager = ocp.CheckpointManager(
+        self.directory, options=options,
+        item_handlers={"state": ocp.StandardCheckpointHandler(),
+                       "meta": ocp.JsonCheckpointHandler()})
+
+  def maybe_save(self, step: int, state: Any, meta: dict | None = None,
+                 force: bool = False) -> bool:
+    """Saves `state` and `meta` at `step` if `step % save_every == 0` or `force`.
+
+    Returns whether a checkpoint was written. A step already on disk is not
+    rewritten (returns False), so re-saving right after a resume is harmless.
+    Blocks until the checkpoint is complete and renamed into place.
+    """
+    if not (force or step % self.save_every == 0):
+      return False
+    if step in self._manager.all_steps():
+      return False
+    meta = {} if meta is None else meta
+    try:
+      json.dumps(meta)
+    except TypeError as e:
+      raise TypeError(f"checkpoint meta must be JSON-serializable: {e}") from e
+    saved = self._manager.save(
+        step, force=True,
+        args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                meta=ocp.args.JsonSave(meta)))
+    self._manager.wait_until_finished()
+    return bool(saved)
+
+  def latest_step(self) -> int | None:
+    """The newest complete checkpoint's step, or None if there is none."""
+    return self._manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    """Steps of the complete checkpoints on disk, ascending."""
+    return sorted(self._manager.all_steps())
+
+  def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
+    """Restores `(state, meta)` saved at `step`.
+
+    Args:
+      step: a step in `all_steps()`.
+      abstract_state: the target: a pytree of `jax.ShapeDtypeStruct` (with
+        shardings, e.g. from `jax.eval_shape` + sharding rules) or of concrete
+        arrays, with the structure of the saved state. Arrays come back with
+        the target's dtypes and shardings.
+
+    Raises:
+      FileNotFoundError: no checkpoint at `step`.
+      CheckpointMismatchError: the saved tree differs from the target in
+        structure or shapes; the message names the directory and the paths.
+    """
+    if step not in self._manager.all_steps():
+      raise FileNotFoundError(
+          f"no checkpoint for step {step} in {self.directory} "
+          f"(steps there: {self.all_steps()})")
+    self._check_matches(step, abstract_state)
+    restored = self._manager.restore(
+        step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state),
+            meta=ocp.args.JsonRestore()))
+    state = jax.tree.map(_as_target_key, restored.state, abstract_state)
+    return state, dict(restored.meta or {})
+
+  def _check_matches(self, step: int, abstract_state: Any) -> None:
+    where = os.path.join(self.directory, str(step))
+    metadata = self._manager.item_metadata(step)
+    on_disk = getattr(metadata.get("state"), "tree", None)
+    if on_disk is None:
+      raise CheckpointMismatchError(f"checkpoint {where} holds no 'state' item")
+    saved, target = _by_path(on_disk), _by_path(abstract_state)
+    problems = []
+    if missing := target.keys() - saved.keys():
+      problems.append(f"in the target but not the checkpoint: {_listed(missing)}")
+    if extra := saved.keys() - target.keys():
+      problems.append(f"in the checkpoint but not the target: {_listed(extra)}")
+    shapes = [f"{k} {tuple(saved[k].shape)} vs {_stored_shape(target[k])}"
+              for k in sorted(saved.keys() & target.keys())
+              if hasattr(saved[k], "shape")
+              and tuple(saved[k].shape) != _stored_shape(target[k])]
+    if shapes:
+      problems.append(f"shapes differ (checkpoint vs target): {_listed(shapes)}")
+    if problems:
+      raise CheckpointMismatchError(
+          f"checkpoint {where} does not match the state to restore: "
+          + "; ".join(problems))
+
+  def close(self) -> None:
+    """Waits for pending work (saves, temp-dir cleanup) and releases resources."""
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+  def __enter__(self) -> Checkpointer:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()

@@ -1,0 +1,11 @@
+"""Task sources: prompts with verifiable answers (see `tasks`)."""
+
+from __future__ import annotations
+
+from rl_jax.data.tasks import (TASKS, ReasoningGymTask, TaskExample, carry_class, demonstrations,
+                               dropped_carry_answer, extract_answer, make_task)
+
+__all__ = [
+    "TASKS", "ReasoningGymTask", "TaskExample", "carry_class", "demonstrations",
+    "dropped_carry_answer", "extract_answer", "make_task",
+]

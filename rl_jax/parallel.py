@@ -1,0 +1,92 @@
+"""Meshes and sharding rules.
+
+A mesh has axes ('data', 'fsdp', 'tensor'). Parameters get PartitionSpecs from rules keyed on their
+path (the HF-style names in `rl_jax.models.transformer`), batches are split over ('data', 'fsdp').
+One device is a mesh of size 1, so the same code path runs everywhere.
+
+Axis types are `Auto` on purpose: `jax.jit` with `in_shardings` / `out_shardings` then behaves as the
+classic pjit (the compiler propagates shardings through the model), and model code needs no
+sharding annotations. (`jax.make_mesh` defaults to Explicit axes in current JAX, which would make
+every op's sharding part of its type.)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+AXES = ("data", "fsdp", "tensor")
+BATCH = ("data", "fsdp")
+
+# (regex on the parameter path, spec for the trailing dims). First match wins.
+PARAM_RULES: tuple[tuple[str, tuple], ...] = (
+    (r"embed_tokens.*embedding", ("tensor", "fsdp")),  # [V, D]
+    (r"lm_head", ("fsdp", "tensor")),  # [D, V]
+    (r"(q_proj|k_proj|v_proj|gate_proj|up_proj).*kernel", ("fsdp", "tensor")),  # [D, X]
+    (r"(o_proj|down_proj).*kernel", ("tensor", "fsdp")),  # [X, D]
+)
+
+
+def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A ('data', 'fsdp', 'tensor') mesh; one entry of `shape` may be -1 (use the rest)."""
+  devices = list(jax.devices() if devices is None else devices)
+  shape = list(shape)
+  if len(shape) != len(AXES):
+    raise ValueError(f"mesh shape {shape} must have {len(AXES)} entries for axes {AXES}")
+  if shape.count(-1) > 1:
+    raise ValueError(f"mesh shape {shape} may hold at most one -1")
+  if -1 in shape:
+    rest = math.prod(s for s in shape if s != -1)
+    if len(devices) % rest:
+      raise ValueError(f"mesh shape {shape} does not divide {len(devices)} devices")
+    shape[shape.index(-1)] = len(devices) // rest
+  if math.prod(shape) > len(devices):
+    raise ValueError(f"mesh shape {shape} needs {math.prod(shape)} devices, "
+                     f"only {len(devices)} available")
+  grid = np.asarray(devices[:math.prod(shape)]).reshape(shape)
+  return Mesh(grid, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES))
+
+
+def _fit(spec: tuple, shape: tuple, mesh: Mesh) -> P:
+  """Drops mesh axes from dims they do not divide (tiny models stay correct on any mesh)."""
+  spec = (None,) * (len(shape) - len(spec)) + tuple(spec)
+  out = []
+  for dim, axis in zip(shape, spec):
+    size = 1 if axis is None else mesh.shape[axis]
+    out.append(axis if axis is not None and size > 1 and dim % size == 0 else None)
+  return P(*out)
+
+
+def param_spec(path: str, shape: tuple, mesh: Mesh) -> P:
+  """PartitionSpec for one parameter (or optimizer-state leaf shaped like one)."""
+  if len(shape) >= 2:
+    for pattern, spec in PARAM_RULES:
+      if re.search(pattern, path):
+        return _fit(spec, shape, mesh)
+  return P()
+
+
+def tree_shardings(tree: Any, mesh: Mesh) -> Any:
+  """NamedShardings for a pytree of arrays / ShapeDtypeStructs by path rules."""
+
+  def one(path, leaf):
+    shape = getattr(leaf, "shape", ())
+    return NamedSharding(mesh, param_spec(jax.tree_util.keystr(path), tuple(shape), mesh))
+
+  return jax.tree_util.tree_map_with_path(one, tree)
+
+
+def batch_sharding(mesh: Mesh, ndim: int, batch_size: int | None = None) -> NamedSharding:
+  """Leading axis split over ('data', 'fsdp') when it divides, replicated otherwise."""
+  n = mesh.shape["data"] * mesh.shape["fsdp"]
+  lead = BATCH if batch_size is None or batch_size % n == 0 else None
+  return NamedSharding(mesh, P(lead, *([None] * (ndim - 1))))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())

@@ -1,0 +1,133 @@
+"""The default experiment: SFT warm start -> RL -> held-out evaluation, plus the controls.
+
+    summary = run(config, workdir)
+
+writes `workdir/summary.json`, `metrics.jsonl`, TensorBoard events (`tb/`), `curves.png` and
+orbax checkpoints (`checkpoints/<phase>/`). Every phase resumes from its latest checkpoint, and
+finished evaluations are kept in `evals.json`, so re-running the same command after a crash
+continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+import ml_collections
+import numpy as np
+
+from rl_jax import data, sampling
+from rl_jax.metrics import MetricsWriter, plot_curves
+from rl_jax.train import evaluate, experiment, phases
+
+SUMMARY_FILE = "summary.json"
+EVALS_FILE = "evals.json"
+
+
+class _Store:
+  """A JSON dict on disk, rewritten atomically on every `set`."""
+
+  def __init__(self, path: str):
+    self.path = path
+    self.values = {}
+    if os.path.exists(path):
+      with open(path) as f:
+        self.values = json.load(f)
+
+  def get(self, key, compute):
+    if key not in self.values:
+      self.set(key, compute())
+    return self.values[key]
+
+  def set(self, key, value):
+    self.values[key] = value
+    tmp = f"{self.path}.tmp"
+    with open(tmp, "w") as f:
+      json.dump(self.values, f, indent=1, sort_keys=True)
+    os.replace(tmp, self.path)
+
+
+def _evaluator(exp: experiment.Experiment):
+  """Returns eval(params, temperature, num_samples) -> dict of accuracies on the held-out set."""
+  ev = exp.config.eval
+  heldout = exp.task.heldout
+  carry = (np.array([data.carry_class(e) for e in heldout])
+           if exp.config.task.name == "chain_sum" else None)
+  key = jax.random.fold_in(exp.root_key(), phases.PHASE_TAGS["eval"])
+
+  def run_eval(params, temperature: float, num_samples: int) -> dict:
+    strategy = sampling.Sampling(temperature=temperature)
+    ok = evaluate.correctness(params, exp.heldout_prompts, exp.heldout_prompt_mask, heldout,
+                              exp.task, exp.tokenizer, key, cfg=exp.model_cfg, strategy=strategy,
+                              max_new_tokens=exp.max_new_tokens, num_samples=num_samples,
+                              batch_size=ev.batch_size).mean(axis=1)
+    out = {"accuracy": float(ok.mean())}
+    if carry is not None:
+      out["carry_accuracy"] = float(ok[carry].mean()) if carry.any() else 0.0
+      out["no_carry_accuracy"] = float(ok[~carry].mean()) if (~carry).any() else 0.0
+    return out
+
+  return run_eval
+
+
+def _full_eval(exp, run_eval, params, sweep_temperatures: bool) -> dict:
+  out = {"greedy": run_eval(params, 0.0, 1),
+         "sampled": run_eval(params, exp.config.sampling.temperature, exp.config.eval.num_samples)}
+  if sweep_temperatures:
+    out["by_temperature"] = {str(t): run_eval(params, t, exp.config.eval.num_samples)
+                             for t in exp.config.eval.temperatures}
+  return out
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Runs (or resumes) the experiment described by `config` in `workdir`; returns the summary."""
+  t_start = time.time()
+  os.makedirs(workdir, exist_ok=True)
+  exp = experiment.build(config, workdir)
+  store = _Store(os.path.join(workdir, EVALS_FILE))
+  run_eval = _evaluator(exp)
+  periodic = lambda params, step: {
+      "heldout_accuracy": run_eval(params, 0.0, 1)["accuracy"]}
+  with MetricsWriter(workdir) as writer:
+    sft = phases.sft(exp, "sft", phases.init_params(exp), config.sft.steps, writer,
+                     eval_fn=periodic)
+    sft_eval = store.get("sft", lambda: _full_eval(exp, run_eval, sft.params, True))
+    store.get("sft_seconds", lambda: sft.train_seconds)
+    rl = phases.rl(exp, sft.params, writer, eval_fn=periodic)
+    rl_eval = store.get("rl", lambda: _full_eval(exp, run_eval, rl.params, False))
+    store.get("rl_seconds", lambda: rl.train_seconds)
+    summary = {}
+    if config.control.enabled:
+      # More SFT for as long as RL trained: steps = RL seconds / SFT seconds per step.
+      more_steps = store.get("sft_more_steps", lambda: max(1, round(
+          store.values["rl_seconds"] / max(store.values["sft_seconds"] / max(sft.steps - 1, 1),
+                                           1e-9))))
+      more = phases.sft(exp, "sft_more", sft.params, more_steps, writer)
+      more_eval = store.get("sft_more", lambda: _full_eval(exp, run_eval, more.params, False))
+      summary.update(sft_more_accuracy=more_eval["greedy"]["accuracy"],
+                     sft_more_sampled_accuracy=more_eval["sampled"]["accuracy"],
+                     sft_more_steps=more_steps)
+  by_t = sft_eval["by_temperature"]
+  best_t = max(by_t, key=lambda t: by_t[t]["accuracy"])
+  summary.update(
+      sft_accuracy=sft_eval["greedy"]["accuracy"],
+      rl_accuracy=rl_eval["greedy"]["accuracy"],
+      sft_sampled_accuracy=sft_eval["sampled"]["accuracy"],
+      rl_sampled_accuracy=rl_eval["sampled"]["accuracy"],
+      sft_best_temperature_accuracy=by_t[best_t]["accuracy"],
+      sft_best_temperature=float(best_t),
+      rl_steps=config.rl.steps, sft_steps=config.sft.steps,
+      sft_train_seconds=store.values["sft_seconds"], rl_train_seconds=store.values["rl_seconds"],
+      heldout_size=len(exp.task.heldout), seed=config.seed,
+      evals={k: store.values[k] for k in ("sft", "rl", "sft_more") if k in store.values},
+  )
+  summary["wall_seconds"] = time.time() - t_start + store.values.get("previous_wall_seconds", 0.0)
+  store.set("previous_wall_seconds", summary["wall_seconds"])
+  plot_curves(workdir)
+  tmp = os.path.join(workdir, SUMMARY_FILE + ".tmp")
+  with open(tmp, "w") as f:
+    json.dump(summary, f, indent=1, sort_keys=True)
+  os.replace(tmp, os.path.join(workdir, SUMMARY_FILE))
+  return summary

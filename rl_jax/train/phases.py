@@ -1,0 +1,198 @@
+"""Training phases (SFT and RL) with checkpoints every N steps and automatic resume.
+
+A phase's data and randomness depend only on (seed, phase, step), and its state (params, optimizer,
+step) is checkpointed, so a run stopped after step k and resumed reproduces the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl_jax import models, parallel, sampling
+from rl_jax.checkpoint import Checkpointer
+from rl_jax.data.batching import decode_completions
+from rl_jax.metrics import MetricsWriter, ProgressBar
+from rl_jax.train import steps as steps_lib
+from rl_jax.train.experiment import Experiment
+from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.types import Rollout, SFTBatch
+
+# Integer tags that separate the random streams of different phases.
+PHASE_TAGS = {"sft": 1, "rl": 2, "sft_more": 3, "eval": 4}
+
+
+class Interrupted(Exception):
+  """Raised when `config.interrupt_at` asks the run to stop (a simulated preemption)."""
+
+
+@dataclasses.dataclass
+class PhaseResult:
+  params: Any
+  train_seconds: float  # Wall time of the steps (compilation of the first step excluded).
+  steps: int
+
+
+def init_params(exp: Experiment) -> Any:
+  """Policy parameters created directly with their shardings (eval_shape -> rules -> jit)."""
+  init = functools.partial(models.init_params, exp.model_cfg)
+  key = jax.random.fold_in(exp.root_key(), 0)
+  shardings = parallel.tree_shardings(jax.eval_shape(init, key), exp.mesh)
+  return jax.jit(init, out_shardings=shardings)(key)
+
+
+def _state(exp: Experiment, params, tx):
+  create = functools.partial(TrainState.create, tx=tx)
+  abstract = jax.eval_shape(create, params)
+  shardings = parallel.tree_shardings(abstract, exp.mesh)
+  return jax.jit(create, out_shardings=shardings)(params), abstract, shardings
+
+
+def _batch_shardings(exp: Experiment, tree):
+  return jax.tree_util.tree_map(
+      lambda x: parallel.batch_sharding(exp.mesh, x.ndim, x.shape[0] if x.ndim else None), tree)
+
+
+def _maybe_interrupt(exp: Experiment, phase: str, step: int):
+  if exp.config.interrupt_at == f"{phase}:{step}":
+    raise Interrupted(f"stopped after {phase} step {step} (config.interrupt_at)")
+
+
+def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step_fn: Callable,
+               writer: MetricsWriter, ckpt: Checkpointer, *, eval_fn=None, eval_every=0):
+  """The shared loop: step_fn(state, step) -> (state, metrics dict of device scalars)."""
+  state, start, seconds = state_and_meta
+  writer.truncate(phase, start)
+  bar = ProgressBar(num_steps, desc=phase, initial=start, disable=not exp.config.progress)
+  for step in range(start, num_steps):
+    t0 = time.perf_counter()
+    state, metrics = step_fn(state, step)
+    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    dt = time.perf_counter() - t0
+    if step > start:  # The first step of a process includes compilation.
+      seconds += dt
+    metrics["step_seconds"] = dt
+    if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
+      metrics.update(eval_fn(state.params, step + 1))
+    writer.write(step + 1, metrics, phase)
+    bar.update(1, **{k: metrics[k] for k in ("loss", "reward_mean") if k in metrics})
+    ckpt.maybe_save(step + 1, state, {"phase": phase, "train_seconds": seconds},
+                    force=step + 1 == num_steps or exp.config.interrupt_at == f"{phase}:{step + 1}")
+    _maybe_interrupt(exp, phase, step + 1)
+  bar.close()
+  return state, seconds
+
+
+def _restore_or_init(exp: Experiment, ckpt: Checkpointer, params, tx):
+  state, abstract, shardings = _state(exp, params, tx)
+  latest = ckpt.latest_step()
+  if latest is None:
+    return state, 0, 0.0
+  target = jax.tree_util.tree_map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+  state, meta = ckpt.restore(latest, target)
+  return state, latest, float(meta.get("train_seconds", 0.0))
+
+
+def _ckpt(exp: Experiment, phase: str) -> Checkpointer:
+  c = exp.config.checkpoint
+  return Checkpointer(os.path.join(exp.workdir, "checkpoints", phase), save_every=c.every,
+                      max_to_keep=c.max_to_keep)
+
+
+def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWriter,
+        eval_fn=None) -> PhaseResult:
+  """Cross-entropy on the demonstrations for `num_steps` steps, starting from `params`."""
+  cfg = exp.config.sft
+  tx = make_optimizer(cfg.optim, num_steps)
+  ckpt = _ckpt(exp, phase)
+  state, start, seconds = _restore_or_init(exp, ckpt, params, tx)
+  n = len(exp.train_prompts)
+  tag = PHASE_TAGS[phase]
+  example = SFTBatch(exp.train_prompts[:cfg.batch_size], exp.train_prompt_mask[:cfg.batch_size],
+                     exp.demo_tokens[:cfg.batch_size], exp.demo_mask[:cfg.batch_size])
+  state_sh = parallel.tree_shardings(state, exp.mesh)
+  step_jit = jax.jit(functools.partial(steps_lib.sft_step, model_cfg=exp.model_cfg),
+                     in_shardings=(state_sh, _batch_shardings(exp, example)),
+                     out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=0)
+
+  def step_fn(state, step):
+    idx = exp.host_rng(tag, step).choice(n, cfg.batch_size, replace=False)
+    batch = SFTBatch(exp.train_prompts[idx], exp.train_prompt_mask[idx], exp.demo_tokens[idx],
+                     exp.demo_mask[idx])
+    return step_jit(state, batch)
+
+  state, seconds = _run_steps(exp, phase, (state, start, seconds), num_steps, step_fn, writer,
+                              ckpt, eval_fn=eval_fn, eval_every=cfg.eval_every)
+  ckpt.close()
+  return PhaseResult(state.params, seconds, num_steps)
+
+
+def rl_hyper(exp: Experiment) -> steps_lib.RLHyper:
+  rl = exp.config.rl
+  return steps_lib.RLHyper(
+      group_size=rl.group_size, advantage=rl.advantage,
+      advantage_options=tuple(sorted(rl.advantage_options.to_dict().items())),
+      loss=rl.loss, clip_low=rl.clip_low, clip_high=rl.clip_high, clip_ratio_c=rl.clip_ratio_c,
+      kl_coef=rl.kl_coef, kl_kind=rl.kl_kind, aggregation=rl.aggregation,
+      temperature=exp.config.sampling.temperature, sft_coef=rl.sft_coef)
+
+
+def rollout(exp: Experiment, params, step: int):
+  """Samples G completions for each of B training prompts and scores them on the host."""
+  rl = exp.config.rl
+  idx = exp.host_rng(PHASE_TAGS["rl"], step).choice(len(exp.train_prompts), rl.prompts_per_step,
+                                                    replace=False)
+  rows = np.repeat(idx, rl.group_size)
+  key = jax.random.fold_in(jax.random.fold_in(exp.root_key(), PHASE_TAGS["rl"]), step)
+  out = sampling.generate(params, exp.train_prompts[rows], exp.train_prompt_mask[rows], key,
+                          cfg=exp.model_cfg, strategy=exp.rollout_strategy,
+                          max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
+                          pad_id=exp.tokenizer.pad_id)
+  texts = decode_completions(exp.tokenizer, out.tokens, out.mask)
+  rewards = np.array([exp.task.score(t, exp.task.train[i]) for t, i in zip(texts, rows)],
+                     np.float32)
+  batch = Rollout(prompt_tokens=exp.train_prompts[rows], prompt_mask=exp.train_prompt_mask[rows],
+                  tokens=out.tokens, mask=out.mask, logp=out.logp,
+                  group=np.repeat(np.arange(len(idx)), rl.group_size).astype(np.int32),
+                  valid=np.ones(len(rows), bool))
+  return batch, rewards
+
+
+def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> PhaseResult:
+  """GRPO-family RL from the SFT policy, with the SFT policy as the frozen reference."""
+  cfg = exp.config.rl
+  tx = make_optimizer(cfg.optim, cfg.steps)
+  ckpt = _ckpt(exp, "rl")
+  state, start, seconds = _restore_or_init(exp, ckpt, sft_params, tx)
+  hyper = rl_hyper(exp)
+  state_sh = parallel.tree_shardings(state, exp.mesh)
+  params_sh = parallel.tree_shardings(sft_params, exp.mesh)
+  r = cfg.prompts_per_step * cfg.group_size
+  p, t = exp.train_prompts.shape[1], exp.max_new_tokens
+  example = Rollout(prompt_tokens=np.zeros((r, p), np.int32), prompt_mask=np.zeros((r, p), bool),
+                    tokens=np.zeros((r, t), np.int32), mask=np.zeros((r, t), bool),
+                    logp=np.zeros((r, t), np.float32), group=np.zeros(r, np.int32),
+                    valid=np.zeros(r, bool))
+  step_jit = jax.jit(
+      functools.partial(steps_lib.rl_step, model_cfg=exp.model_cfg, hyper=hyper),
+      in_shardings=(state_sh, params_sh, _batch_shardings(exp, example),
+                    _batch_shardings(exp, np.zeros(r, np.float32))),
+      out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=0)
+  def step_fn(state, step):
+    batch, rewards = rollout(exp, state.params, step)
+    state, metrics = step_jit(state, sft_params, batch, rewards)
+    metrics = dict(metrics, rollout_tokens=jnp.sum(batch.mask))
+    return state, metrics
+
+  state, seconds = _run_steps(exp, "rl", (state, start, seconds), cfg.steps, step_fn, writer, ckpt,
+                              eval_fn=eval_fn, eval_every=cfg.eval_every)
+  ckpt.close()
+  return PhaseResult(state.params, seconds, cfg.steps)

@@ -1,0 +1,125 @@
+"""Tests for rl_jax.metrics: JSONL round-trip, truncation, TensorBoard, plots."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from rl_jax import metrics
+
+
+def _write_run(workdir):
+  with metrics.MetricsWriter(workdir) as writer:
+    for step in range(1, 6):
+      writer.write(step, {"loss": 2.0 / step}, phase="sft")
+    for step in range(1, 6):
+      writer.write(step, {"reward_mean": np.float32(0.1 * step),
+                          "n_tokens": np.int64(7)}, phase="rl")
+      writer.write(step, {"heldout_accuracy": 0.05 * step,
+                          "heldout_sampled_accuracy": 0.04 * step}, phase="eval")
+
+
+def test_jsonl_round_trip(tmp_path):
+  _write_run(tmp_path)
+  records = metrics.read_metrics(tmp_path)
+  assert len(records) == 15
+  first_rl = [r for r in records if r["phase"] == "rl"][0]
+  assert first_rl["step"] == 1
+  assert first_rl["reward_mean"] == pytest.approx(0.1)
+  assert first_rl["n_tokens"] == 7 and isinstance(first_rl["n_tokens"], int)
+  assert isinstance(first_rl["time"], float)
+  # One JSON object per line, flushed without close.
+  writer = metrics.MetricsWriter(tmp_path)
+  writer.write(9, {"loss": 0.5}, phase="sft")
+  with open(os.path.join(tmp_path, "metrics.jsonl")) as f:
+    last = json.loads(f.read().splitlines()[-1])
+  assert last["step"] == 9 and last["loss"] == 0.5
+  writer.close()
+
+
+def test_write_rejects_reserved_and_non_scalar(tmp_path):
+  with metrics.MetricsWriter(tmp_path) as writer:
+    with pytest.raises(ValueError, match="reserved"):
+      writer.write(1, {"step": 3.0}, phase="rl")
+    with pytest.raises(ValueError, match="scalar"):
+      writer.write(1, {"x": np.ones(3)}, phase="rl")
+
+
+def test_truncate_drops_only_that_phases_later_steps(tmp_path):
+  _write_run(tmp_path)
+  with metrics.MetricsWriter(tmp_path) as writer:
+    assert writer.truncate("rl", after_step=2) == 3
+    writer.write(3, {"reward_mean": 0.9}, phase="rl")  # the resumed run
+  records = metrics.read_metrics(tmp_path)
+  rl_steps = [r["step"] for r in records if r["phase"] == "rl"]
+  assert rl_steps == [1, 2, 3]
+  assert [r for r in records if r["phase"] == "rl"][-1]["reward_mean"] == 0.9
+  assert sum(r["phase"] == "sft" for r in records) == 5
+  assert sum(r["phase"] == "eval" for r in records) == 5
+  assert not [f for f in os.listdir(tmp_path) if f.startswith("metrics.jsonl.")]
+
+
+def test_read_skips_torn_last_line(tmp_path):
+  _write_run(tmp_path)
+  with open(os.path.join(tmp_path, "metrics.jsonl"), "a") as f:
+    f.write('{"step": 6, "pha')
+  with pytest.warns(UserWarning, match="torn"):
+    assert len(metrics.read_metrics(tmp_path)) == 15
+
+
+def test_tensorboard_event_file(tmp_path):
+  _write_run(tmp_path)
+  files = os.listdir(os.path.join(tmp_path, "tb"))
+  assert any(f.startswith("events.out.tfevents") for f in files)
+  sizes = [os.path.getsize(os.path.join(tmp_path, "tb", f)) for f in files]
+  assert max(sizes) > 100
+
+
+def _assert_png(path, min_bytes=10_000):
+  with open(path, "rb") as f:
+    data = f.read()
+  assert data[:8] == b"\x89PNG\r\n\x1a\n"
+  assert len(data) > min_bytes
+
+
+def test_plot_curves(tmp_path):
+  _write_run(tmp_path)
+  out = metrics.plot_curves(tmp_path)
+  assert out == os.path.join(tmp_path, "curves.png")
+  _assert_png(out)
+
+
+def test_plot_curves_with_missing_keys(tmp_path):
+  with metrics.MetricsWriter(tmp_path) as writer:
+    writer.write(1, {"other": 1.0}, phase="rl")
+  _assert_png(metrics.plot_curves(tmp_path, out_png="empty.png"), 1_000)
+  with metrics.MetricsWriter(tmp_path) as writer:
+    writer.write(1, {"loss": 1.0}, phase="sft")
+  _assert_png(metrics.plot_curves(tmp_path, out_png="sft_only.png"))
+
+
+def test_missing_file_is_named(tmp_path):
+  with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+    metrics.read_metrics(tmp_path)
+
+
+def test_disabled_writer_writes_nothing(tmp_path):
+  workdir = tmp_path / "w"
+  with metrics.MetricsWriter(workdir, enabled=False) as writer:
+    writer.write(1, {"loss": 1.0}, phase="sft")
+  assert not workdir.exists()
+
+
+def test_progress_bar(capsys):
+  bar = metrics.ProgressBar(10, "rl", initial=2)
+  bar.update(3, loss=np.float32(0.25), phase="rl")
+  assert bar._bar.n == 5
+  bar.close()
+  err = capsys.readouterr().err
+  assert "rl" in err and "loss=0.25" in err
+  quiet = metrics.ProgressBar(10, "x", disable=True)
+  quiet.update(1)
+  quiet.close()
