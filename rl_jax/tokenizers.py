@@ -9,7 +9,7 @@ import hashlib
 import io
 import json
 import os
-from typing import Any, Dict, Iterable, List, Sequence
+from typing import Any, Dict, Iterable, List, Protocol, Sequence, runtime_checkable
 
 import sentencepiece as spm
 
@@ -18,7 +18,8 @@ MODEL_FILE = "tokenizer.model"
 SIDECAR_FILE = "tokenizer.json"
 
 
-class Tokenizer:
+@runtime_checkable
+class Tokenizer(Protocol):
   """The interface the rest of rl_jax sees: text <-> ids plus the special ids."""
 
   bos_id: int
@@ -28,14 +29,12 @@ class Tokenizer:
 
   def encode(self, text: str) -> List[int]:
     """Token ids of `text`, without BOS/EOS."""
-    raise NotImplementedError
 
   def decode(self, ids: Sequence[int]) -> str:
     """Text of `ids`; special ids (pad, bos, eos) are dropped."""
-    raise NotImplementedError
 
 
-class SentencePieceTokenizer(Tokenizer):
+class SentencePieceTokenizer:
   """A SentencePiece model file.
 
   Args:

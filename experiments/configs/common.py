@@ -35,9 +35,12 @@ def base() -> ml_collections.ConfigDict:
       options=ml_collections.ConfigDict(dict(min_terms=2, max_terms=2, min_digits=1,
                                              max_digits=2, allow_negation=False)),
       train_size=20000, eval_size=500, demo_noise=0.0))
-  c.tokenizer = ml_collections.ConfigDict(dict(vocab_size=96))
+  # Pieces may span spaces, so the task's fixed instruction becomes one token (short prompts).
+  c.tokenizer = ml_collections.ConfigDict(dict(
+      vocab_size=96, options=ml_collections.ConfigDict(dict(
+          split_by_whitespace=False, max_sentencepiece_length=64))))
   c.model = model("tiny")
-  c.sampling = ml_collections.ConfigDict(dict(max_new_tokens=6, temperature=1.0, top_k=0,
+  c.sampling = ml_collections.ConfigDict(dict(max_new_tokens=5, temperature=1.0, top_k=0,
                                               top_p=1.0))
   c.sft = ml_collections.ConfigDict(dict(steps=500, batch_size=128, eval_every=0,
                                          optim=optim(1e-3, warmup_steps=50, schedule="cosine",

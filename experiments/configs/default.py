@@ -12,7 +12,13 @@ from experiments.configs import common
 
 def get_config(arg: str = ""):
   c = common.base()
+  c.task.options.update(min_terms=3, max_terms=3, min_digits=1, max_digits=1)
   c.task.demo_noise = 0.6
+  c.model.tie_embeddings = False
+  c.sft.update(steps=800, batch_size=128, eval_every=200)
+  c.sft.optim.lr = 2e-3
+  c.rl.update(steps=200, prompts_per_step=32, group_size=8, eval_every=25)
+  c.rl.optim.lr = 2e-4
   if arg == "smoke":
     c.task.train_size = 300
     c.task.eval_size = 40

@@ -277,7 +277,7 @@ def gdpo(rewards: Array, valid: Array, *,
 def gdpo_verl(rewards: Array, valid: Array, *, mask: Array,
               weights: Optional[Sequence[float]] = None,
               eps: float = 1e-6) -> AdvOut:
-  """GDPO, verl variant (§1.6): `A = masked_whiten(pre broadcast to tokens, m)·m`.
+  """GDPO, verl variant (§1.6): `A = masked_whiten(pre on tokens, m)·m`.
 
   Same `pre` as `gdpo` (ε = 1e-6 in the per-reward step), then whitened over
   all valid tokens. Returns token advantages [B, G, T]; `mask` [B, G, T].

@@ -282,7 +282,7 @@ def dapo_informative_groups(rewards: Array, valid: Array, *,
 
 
 def select_informative(informative: Array, num: int) -> Tuple[Array, Array]:
-  """First `num` informative groups: `idx = argsort(~informative, stable)[:num]`.
+  """First `num` informative groups: `argsort(~informative, stable)[:num]`.
 
   Returns (idx int32 [num], valid bool [num]); valid is False where fewer
   than `num` informative groups exist (those idx point at other groups).

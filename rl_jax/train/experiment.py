@@ -70,7 +70,8 @@ def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
                               rng=np.random.default_rng([config.seed, 7]))
   texts = [e.prompt for e in task.train] + [e.answer for e in demos]
   tokenizer = train_sentencepiece(texts, os.path.join(workdir, "tokenizer"),
-                                  vocab_size=config.tokenizer.vocab_size)
+                                  vocab_size=config.tokenizer.vocab_size,
+                                  **config.tokenizer.options.to_dict())
   model_cfg = model_config(config, tokenizer.vocab_size)
   t = config.sampling.max_new_tokens
   max_prompt = model_cfg.max_seq_len - t

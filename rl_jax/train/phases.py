@@ -181,13 +181,17 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
                     tokens=np.zeros((r, t), np.int32), mask=np.zeros((r, t), bool),
                     logp=np.zeros((r, t), np.float32), group=np.zeros(r, np.int32),
                     valid=np.zeros(r, bool))
+  batch_sh = _batch_shardings(exp, example)
   step_jit = jax.jit(
       functools.partial(steps_lib.rl_step, model_cfg=exp.model_cfg, hyper=hyper),
-      in_shardings=(state_sh, params_sh, _batch_shardings(exp, example),
-                    _batch_shardings(exp, np.zeros(r, np.float32))),
+      in_shardings=(state_sh, params_sh, batch_sh, _batch_shardings(exp, np.zeros(r, np.float32))),
       out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=0)
+
   def step_fn(state, step):
     batch, rewards = rollout(exp, state.params, step)
+    # The sampler's outputs are device arrays committed to its own sharding, and jit does not
+    # reshard committed arguments: move them to the step's batch sharding.
+    batch = jax.device_put(batch, batch_sh)
     state, metrics = step_jit(state, sft_params, batch, rewards)
     metrics = dict(metrics, rollout_tokens=jnp.sum(batch.mask))
     return state, metrics

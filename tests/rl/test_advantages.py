@@ -77,7 +77,8 @@ def test_grpo_batch_scale():
   a, _ = _run(adv_lib.grpo, jnp.asarray(r), _all_valid(r.shape), scale='batch')
   want = (r - r.mean(1, keepdims=True)) / (r.std(ddof=1) + 1e-6)
   np.testing.assert_allclose(a, want, atol=1e-5)
-  a_none, _ = _run(adv_lib.grpo, jnp.asarray(r), _all_valid(r.shape), scale='none')
+  a_none, _ = _run(adv_lib.grpo, jnp.asarray(r), _all_valid(r.shape),
+                   scale='none')
   np.testing.assert_allclose(a_none, r - r.mean(1, keepdims=True), atol=1e-6)
   with pytest.raises(ValueError):
     _run(adv_lib.grpo, jnp.asarray(r), _all_valid(r.shape), scale='tokens')
@@ -206,6 +207,19 @@ def test_mc_grpo_continuous_worked_numbers():
   np.testing.assert_allclose(a[0], [-0.6645, 1.6611, 0, 0.9967, -0.9967],
                              atol=ATOL)
   np.testing.assert_allclose(w[0], [1, 1, 0, 1, 1])
+
+
+def test_mc_grpo_even_group_uses_lower_median():
+  # Ragged group of 4 valid: the pivot is the lower median (torch.median).
+  r = np.array([[0.1, 0.4, 9.0, 0.2, 0.3]], np.float32)
+  valid = np.array([[True, True, False, True, True]])
+  a, w = _run(adv_lib.mc_grpo, jnp.asarray(r), jnp.asarray(valid))
+  rv = r[valid]
+  med = np.sort(rv)[(rv.size - 1) // 2]
+  mad = np.sort(np.abs(rv - med))[(rv.size - 1) // 2] + 1e-3
+  want = np.where(valid, (r - med) / mad, 0.0)
+  np.testing.assert_allclose(a, want, rtol=1e-5)
+  np.testing.assert_allclose(w[0], [1, 1, 0, 0, 1])     # pivot = index 3
 
 
 def test_mc_grpo_batched_groups_are_independent():

@@ -1,0 +1,81 @@
+"""The command line end to end (`python -m experiments.run`), and its errors on bad input.
+
+The full pipeline runs once, as the README's command does, on the `:smoke` variant. Errors that
+come from the config itself are checked in-process (`loop.run`), which is much faster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments.configs import default
+from rl_jax.train import loop
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = "--config=experiments/configs/default.py:smoke"
+ACCURACIES = ("sft_accuracy", "rl_accuracy", "sft_sampled_accuracy", "rl_sampled_accuracy",
+              "sft_more_accuracy", "sft_best_temperature_accuracy")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _cli(*args, timeout=300):
+  return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=REPO,
+                        capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_smoke_run_writes_every_output(tmp_path):
+  workdir = tmp_path / "run"
+  proc = _cli(SMOKE, f"--workdir={workdir}")
+  assert proc.returncode == 0, proc.stderr[-4000:]
+
+  with open(workdir / loop.SUMMARY_FILE) as f:
+    summary = json.load(f)
+  for key in ACCURACIES:
+    assert isinstance(summary[key], float), (key, summary[key])
+    assert 0.0 <= summary[key] <= 1.0, (key, summary[key])
+  assert summary["rl_steps"] == default.get_config("smoke").rl.steps
+  assert summary["sft_more_steps"] >= 1
+  assert isinstance(summary["wall_seconds"], float) and summary["wall_seconds"] > 0
+  # The command prints the summary (without the per-eval details) as its last output.
+  printed = json.loads(proc.stdout[proc.stdout.index("{"):])
+  assert printed == {k: v for k, v in summary.items() if k != "evals"}
+
+  assert (workdir / "metrics.jsonl").stat().st_size > 0
+  assert any(name.startswith("events.out.tfevents") for name in os.listdir(workdir / "tb"))
+  assert (workdir / "curves.png").read_bytes()[:8] == PNG_MAGIC
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["rl", "sft", "sft_more"]
+
+
+def test_mistyped_override_names_the_field(tmp_path):
+  proc = _cli(SMOKE, "--config.rl.stepz=3", f"--workdir={tmp_path}")
+  assert proc.returncode != 0
+  assert "stepz" in proc.stderr
+  assert not os.listdir(tmp_path)  # Failed before writing anything.
+
+
+def test_unknown_variant_names_it(tmp_path):
+  proc = _cli("--config=experiments/configs/default.py:nope", f"--workdir={tmp_path}")
+  assert proc.returncode != 0
+  assert "'nope'" in proc.stderr
+  with pytest.raises(ValueError, match="unknown variant 'nope'"):
+    default.get_config("nope")
+
+
+@pytest.mark.parametrize("section, field, value, match", [
+    pytest.param("task", "train_size", 0, r"train_size must be a positive int, got 0",
+                 id="empty_dataset"),
+    pytest.param("task", "name", "chain_sumz",
+                 r"task name 'chain_sumz' is not a reasoning-gym dataset", id="unknown_task"),
+    # 8 tokens of context minus sampling.max_new_tokens=5 leaves 3 for the prompt.
+    pytest.param("model", "max_seq_len", 8, r"prompt '.*' is \d+ tokens long; expected at most 3",
+                 id="prompt_longer_than_context"),
+])
+def test_bad_config_raises_a_clear_error(smoke_config, tmp_path, section, field, value, match):
+  setattr(smoke_config[section], field, value)
+  with pytest.raises(ValueError, match=match):
+    loop.run(smoke_config, str(tmp_path))
