@@ -1,8 +1,30 @@
-"""The default experiment (to be tuned): SFT on noisy demonstrations, then GRPO.
+"""The default experiment: RL repairs a systematic error that supervised data taught.
 
-Command:
+Command (2-core CPU, no accelerator, no network; ~7-8 minutes including the control):
   python -m experiments.run --config=experiments/configs/default.py --workdir=runs/default
-Variants: `:smoke` (seconds; used by the tests).
+Variants: `:smoke` (seconds; the tests use it).
+
+Why this regime. Plain GRPO after clean SFT on a tiny model mostly sharpens (decoding at a lower
+temperature gets the same) and is noise-dominated on CPU budgets. RL is the right tool when
+demonstrations are flawed but a verifier is exact, so the default experiment builds that case:
+
+* Task: reasoning-gym `chain_sum` with three one-digit terms and `+`/`-` (4,000 distinct
+  problems; 500 held out). Short prompts and answers keep a ~0.6M-parameter model fast enough for
+  thousands of updates in minutes, and it learns the task in ~1,500 SFT steps.
+* Demonstrations: on problems whose units column carries or borrows (about half), 60% of the
+  demonstrations *drop the carry* (`7 + 8 + 0 = 5`). SFT then makes the wrong answer the most
+  likely one on that class, while its samples still often hold the right one. Lower temperature
+  cannot fix this (it makes the wrong answer more likely) and more SFT on the same data cannot
+  either; the verifier can.
+* RL: GRPO advantages (G = 8), PPO-clip loss, token-mean aggregation, AdamW at 1e-4 with cosine
+  decay, and a small cross-entropy term (`rl.sft_coef`) on the verified-correct samples, which
+  lowers gradient noise and keeps the no-carry class from drifting. No KL term: the run is short
+  and the extra reference pass costs ~20% of the step (`--config.rl.kl_coef=0.05` adds it; it
+  gave the same accuracy in our runs).
+
+Expected result (seed 0 and 1; see the README's table): greedy held-out accuracy rises from ~0.55
+after SFT to ~0.95 after RL, sampled accuracy by ~0.4, while the more-SFT control stays near the
+SFT level on the carry class.
 """
 
 from __future__ import annotations
@@ -14,11 +36,11 @@ def get_config(arg: str = ""):
   c = common.base()
   c.task.options.update(min_terms=3, max_terms=3, min_digits=1, max_digits=1)
   c.task.demo_noise = 0.6
-  c.model.tie_embeddings = False
-  c.sft.update(steps=800, batch_size=128, eval_every=200)
+  c.model.tie_embeddings = False  # A tied 96-token head learned several times slower here.
+  c.sft.update(steps=1500, batch_size=128, eval_every=250)
   c.sft.optim.lr = 2e-3
-  c.rl.update(steps=200, prompts_per_step=32, group_size=8, eval_every=25)
-  c.rl.optim.lr = 2e-4
+  c.rl.update(steps=300, prompts_per_step=32, group_size=8, eval_every=50, sft_coef=0.2)
+  c.rl.optim.update(lr=1e-4, warmup_steps=10, schedule="cosine", end_lr_frac=0.1)
   if arg == "smoke":
     c.task.train_size = 300
     c.task.eval_size = 40
