@@ -17,10 +17,10 @@ demonstrations are flawed but a verifier is exact, so the default experiment bui
   cannot fix this (it makes the wrong answer more likely) and more SFT on the same data cannot
   either; the verifier can.
 * RL: GRPO advantages (G = 8), PPO-clip loss, token-mean aggregation, AdamW at 1e-4 with cosine
-  decay, and a small cross-entropy term (`rl.sft_coef`) on the verified-correct samples, which
-  lowers gradient noise and keeps the no-carry class from drifting. No KL term: the run is short
-  and the extra reference pass costs ~20% of the step (`--config.rl.kl_coef=0.05` adds it; it
-  gave the same accuracy in our runs).
+  decay, a k3 KL penalty (beta = 0.02) to the frozen SFT policy, and a small cross-entropy term
+  (`rl.sft_coef`) on the verified-correct samples, which lowers gradient noise and keeps the
+  no-carry class from drifting. In tuning runs, either stabilizer alone (KL 0.05 without the CE
+  term, or the CE term without KL) reached the same ~0.96 greedy accuracy.
 
 Expected result (seed 0 and 1; see the README's table): greedy held-out accuracy rises from ~0.55
 after SFT to ~0.95 after RL, sampled accuracy by ~0.4, while the more-SFT control stays near the
@@ -39,7 +39,8 @@ def get_config(arg: str = ""):
   c.model.tie_embeddings = False  # A tied 96-token head learned several times slower here.
   c.sft.update(steps=1500, batch_size=128, eval_every=250)
   c.sft.optim.lr = 2e-3
-  c.rl.update(steps=300, prompts_per_step=32, group_size=8, eval_every=50, sft_coef=0.2)
+  c.rl.update(steps=200, prompts_per_step=32, group_size=8, eval_every=50, sft_coef=0.2,
+                kl_coef=0.02, kl_kind="k3")
   c.rl.optim.update(lr=1e-4, warmup_steps=10, schedule="cosine", end_lr_frac=0.1)
   if arg == "smoke":
     c.task.train_size = 300
