@@ -30,6 +30,7 @@ def base() -> ml_collections.ConfigDict:
   c.seed = 0
   c.progress = True
   c.interrupt_at = ""  # 'phase:step' stops the run after that step (tests preemption/resume).
+  c.init_from = ""  # A work dir whose final SFT checkpoint is used instead of running SFT.
   c.task = ml_collections.ConfigDict(dict(
       name="chain_sum",
       options=ml_collections.ConfigDict(dict(min_terms=2, max_terms=2, min_digits=1,
@@ -45,11 +46,23 @@ def base() -> ml_collections.ConfigDict:
   c.sft = ml_collections.ConfigDict(dict(steps=500, batch_size=128, eval_every=0,
                                          optim=optim(1e-3, warmup_steps=50, schedule="cosine",
                                                      end_lr_frac=0.1, weight_decay=0.01)))
+  # RL (rl_jax/train/steps.py RLHyper and rl_jax/train/rollouts.py document each field).
+  # group_size is the rows per prompt: MC-GRPO with G=2 (+1 pivot) is group_size=3.
   c.rl = ml_collections.ConfigDict(dict(
       steps=100, prompts_per_step=32, group_size=8, advantage="grpo",
       advantage_options=ml_collections.ConfigDict(), loss="ppo", clip_low=0.2, clip_high=0.2,
       clip_ratio_c=3.0, kl_coef=0.0, kl_kind="k3", aggregation="token-mean", sft_coef=0.0,
-      eval_every=25, optim=optim(1e-4)))
+      eval_every=25, optim=optim(1e-4),
+      # Reward components (rl_jax.rewards.REWARDS) and weights (() = all 1).
+      rewards=("task_score",), reward_weights=(),
+      kl_in_reward=False,  # kl_coef * k1 goes into the reward instead of the loss.
+      num_minibatches=1,  # Gradient accumulation: micro-batches per update.
+      num_iterations=1,  # Updates per rollout batch (PPO epochs).
+      tis_cap=0.0,  # Truncated importance sampling cap, sampler vs trainer log-probs (0 = off).
+      # DAPO: dynamic sampling (drop all-equal groups, up to max_gen_rounds generation rounds)
+      # and soft overlong punishment over the last overlong_buffer tokens (0 = off).
+      dynamic_sampling=False, max_gen_rounds=4, overlong_buffer=0,
+      overlong_penalty_factor=1.0))
   c.control = ml_collections.ConfigDict(dict(enabled=True))
   c.eval = ml_collections.ConfigDict(dict(num_samples=4, temperatures=(0.3, 0.5, 0.7, 1.0),
                                           batch_size=500))

@@ -6,6 +6,10 @@ writes `workdir/summary.json`, `metrics.jsonl`, TensorBoard events (`tb/`), `cur
 orbax checkpoints (`checkpoints/<phase>/`). Every phase resumes from its latest checkpoint, and
 finished evaluations are kept in `evals.json`, so re-running the same command after a crash
 continues where it stopped.
+
+With `config.init_from=OTHER_WORKDIR` the SFT phase is not run: its final checkpoint, tokenizer
+and SFT evaluations are taken from that run (which must have the same task, tokenizer and
+model settings), so a sweep of RL variants can share one SFT.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import numpy as np
 
 from rl_jax import data, sampling
 from rl_jax.metrics import MetricsWriter, plot_curves
-from rl_jax.train import evaluate, experiment, phases
+from rl_jax.train import evaluate, experiment, init_from, phases
 
 SUMMARY_FILE = "summary.json"
 EVALS_FILE = "evals.json"
@@ -85,14 +89,25 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs (or resumes) the experiment described by `config` in `workdir`; returns the summary."""
   t_start = time.time()
   os.makedirs(workdir, exist_ok=True)
+  if config.init_from:
+    init_from.prepare(config.init_from, workdir)
   exp = experiment.build(config, workdir)
   store = _Store(os.path.join(workdir, EVALS_FILE))
+  if config.init_from:
+    init_from.check_same_data(config.init_from, workdir)
+    source_evals = _Store(os.path.join(config.init_from, EVALS_FILE)).values
+    for key in ("sft", "sft_seconds"):  # Its SFT evaluations are this run's too.
+      if key in source_evals and key not in store.values:
+        store.set(key, source_evals[key])
   run_eval = _evaluator(exp)
   periodic = lambda params, step: {
       "heldout_accuracy": run_eval(params, 0.0, 1)["accuracy"]}
   with MetricsWriter(workdir) as writer:
-    sft = phases.sft(exp, "sft", phases.init_params(exp), config.sft.steps, writer,
-                     eval_fn=periodic)
+    if config.init_from:
+      sft = init_from.load_sft(exp, config.init_from)
+    else:
+      sft = phases.sft(exp, "sft", phases.init_params(exp), config.sft.steps, writer,
+                       eval_fn=periodic)
     sft_eval = store.get("sft", lambda: _full_eval(exp, run_eval, sft.params, True))
     store.get("sft_seconds", lambda: sft.train_seconds)
     rl = phases.rl(exp, sft.params, writer, eval_fn=periodic)
@@ -120,7 +135,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       sft_best_temperature=float(best_t),
       rl_steps=config.rl.steps, sft_steps=config.sft.steps,
       sft_train_seconds=store.values["sft_seconds"], rl_train_seconds=store.values["rl_seconds"],
-      heldout_size=len(exp.task.heldout), seed=config.seed,
+      heldout_size=len(exp.task.heldout), seed=config.seed, init_from=config.init_from,
       evals={k: store.values[k] for k in ("sft", "rl", "sft_more") if k in store.values},
   )
   summary["wall_seconds"] = time.time() - t_start + store.values.get("previous_wall_seconds", 0.0)

@@ -13,20 +13,20 @@ import time
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from rl_jax import models, parallel, sampling
+from rl_jax import models, parallel
 from rl_jax.checkpoint import Checkpointer
-from rl_jax.data.batching import decode_completions
 from rl_jax.metrics import MetricsWriter, ProgressBar
+from rl_jax.train import rollouts
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.experiment import Experiment
 from rl_jax.train.state import TrainState, make_optimizer
 from rl_jax.types import Rollout, SFTBatch
 
 # Integer tags that separate the random streams of different phases.
-PHASE_TAGS = {"sft": 1, "rl": 2, "sft_more": 3, "eval": 4}
+PHASE_TAGS = {"sft": 1, "rl": rollouts.RL_TAG, "sft_more": 3, "eval": 4,
+              "rl_round": rollouts.EXTRA_ROUND_TAG}
 
 
 class Interrupted(Exception):
@@ -101,9 +101,14 @@ def _restore_or_init(exp: Experiment, ckpt: Checkpointer, params, tx):
   return state, latest, float(meta.get("train_seconds", 0.0))
 
 
+def checkpoint_dir(workdir: str, phase: str) -> str:
+  """Where a run keeps the checkpoints of `phase` (`config.init_from` reads the 'sft' ones)."""
+  return os.path.join(workdir, "checkpoints", phase)
+
+
 def _ckpt(exp: Experiment, phase: str) -> Checkpointer:
   c = exp.config.checkpoint
-  return Checkpointer(os.path.join(exp.workdir, "checkpoints", phase), save_every=c.every,
+  return Checkpointer(checkpoint_dir(exp.workdir, phase), save_every=c.every,
                       max_to_keep=c.max_to_keep)
 
 
@@ -141,35 +146,18 @@ def rl_hyper(exp: Experiment) -> steps_lib.RLHyper:
       group_size=rl.group_size, advantage=rl.advantage,
       advantage_options=tuple(sorted(rl.advantage_options.to_dict().items())),
       loss=rl.loss, clip_low=rl.clip_low, clip_high=rl.clip_high, clip_ratio_c=rl.clip_ratio_c,
-      kl_coef=rl.kl_coef, kl_kind=rl.kl_kind, aggregation=rl.aggregation,
-      temperature=exp.config.sampling.temperature, sft_coef=rl.sft_coef)
-
-
-def rollout(exp: Experiment, params, step: int):
-  """Samples G completions for each of B training prompts and scores them on the host."""
-  rl = exp.config.rl
-  idx = exp.host_rng(PHASE_TAGS["rl"], step).choice(len(exp.train_prompts), rl.prompts_per_step,
-                                                    replace=False)
-  rows = np.repeat(idx, rl.group_size)
-  key = jax.random.fold_in(jax.random.fold_in(exp.root_key(), PHASE_TAGS["rl"]), step)
-  out = sampling.generate(params, exp.train_prompts[rows], exp.train_prompt_mask[rows], key,
-                          cfg=exp.model_cfg, strategy=exp.rollout_strategy,
-                          max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
-                          pad_id=exp.tokenizer.pad_id)
-  texts = decode_completions(exp.tokenizer, out.tokens, out.mask)
-  rewards = np.array([exp.task.score(t, exp.task.train[i]) for t, i in zip(texts, rows)],
-                     np.float32)
-  batch = Rollout(prompt_tokens=exp.train_prompts[rows], prompt_mask=exp.train_prompt_mask[rows],
-                  tokens=out.tokens, mask=out.mask, logp=out.logp,
-                  group=np.repeat(np.arange(len(idx)), rl.group_size).astype(np.int32),
-                  valid=np.ones(len(rows), bool))
-  return batch, rewards
+      kl_coef=rl.kl_coef, kl_kind=rl.kl_kind, kl_in_reward=rl.kl_in_reward,
+      aggregation=rl.aggregation, temperature=exp.config.sampling.temperature,
+      sft_coef=rl.sft_coef, reward_weights=tuple(float(w) for w in rl.reward_weights),
+      num_minibatches=rl.num_minibatches, num_iterations=rl.num_iterations, tis_cap=rl.tis_cap)
 
 
 def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> PhaseResult:
   """GRPO-family RL from the SFT policy, with the SFT policy as the frozen reference."""
   cfg = exp.config.rl
-  tx = make_optimizer(cfg.optim, cfg.steps)
+  rollouts.check_config(exp.config)
+  # Every iteration on a rollout is an optimizer update: the schedule counts all of them.
+  tx = make_optimizer(cfg.optim, cfg.steps * cfg.num_iterations)
   ckpt = _ckpt(exp, "rl")
   state, start, seconds = _restore_or_init(exp, ckpt, sft_params, tx)
   hyper = rl_hyper(exp)
@@ -184,17 +172,17 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   batch_sh = _batch_shardings(exp, example)
   step_jit = jax.jit(
       functools.partial(steps_lib.rl_step, model_cfg=exp.model_cfg, hyper=hyper),
-      in_shardings=(state_sh, params_sh, batch_sh, _batch_shardings(exp, np.zeros(r, np.float32))),
+      in_shardings=(state_sh, params_sh, batch_sh,
+                    _batch_shardings(exp, np.zeros((r, len(cfg.rewards)), np.float32))),
       out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=0)
 
   def step_fn(state, step):
-    batch, rewards = rollout(exp, state.params, step)
+    batch, rewards, host_metrics = rollouts.rollout(exp, state.params, step)
     # The sampler's outputs are device arrays committed to its own sharding, and jit does not
     # reshard committed arguments: move them to the step's batch sharding.
     batch = jax.device_put(batch, batch_sh)
     state, metrics = step_jit(state, sft_params, batch, rewards)
-    metrics = dict(metrics, rollout_tokens=jnp.sum(batch.mask))
-    return state, metrics
+    return state, dict(metrics, **host_metrics)
 
   state, seconds = _run_steps(exp, "rl", (state, start, seconds), cfg.steps, step_fn, writer, ckpt,
                               eval_fn=eval_fn, eval_every=cfg.eval_every)

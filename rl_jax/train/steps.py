@@ -2,18 +2,24 @@
 
 They are jitted once in the loop with explicit shardings and donation; the hyper-parameters
 that change the program are frozen dataclasses passed as static arguments.
+
+`rl_step` is the whole update on one rollout batch: rewards -> advantages (`rl_inputs`), then
+`num_iterations` optimizer updates, each accumulating gradients over `num_minibatches`
+micro-batches with the loss normalizers of the whole batch (ALGORITHMS.md §2.6).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from rl_jax import models
-from rl_jax.rl import advantages, logprobs, losses
+from rl_jax.rl import logprobs, losses
+from rl_jax.train import rl_inputs
 from rl_jax.train.state import TrainState
 from rl_jax.types import Rollout, SFTBatch
 
@@ -38,17 +44,27 @@ class RLHyper:
   """Static RL hyper-parameters of the update (hashable; built from `config.rl`).
 
   Attributes:
-    group_size: G, rollouts per prompt.
+    group_size: rows per prompt. For `mc_grpo` this is G+1 (the pivot row included): MC-GRPO
+      with G=2 means group_size=3.
     advantage: registered estimator name (`rl_jax.rl.advantages`).
     advantage_options: sorted (key, value) pairs passed to the estimator.
     loss: registered policy-loss kind (`rl_jax.rl.losses`).
     clip_low, clip_high, clip_ratio_c: PPO clip range and dual-clip constant.
-    kl_coef: beta of the KL-to-reference term in the loss (0 = off, no reference pass).
-    kl_kind: KL estimator ('k1', 'k2', 'k3', 'abs').
+    kl_coef: beta of the KL to the reference policy (0 = off, no reference pass).
+    kl_kind: KL estimator of the loss term ('k1', 'k2', 'k3', 'abs').
+    kl_in_reward: put the KL in the reward instead of the loss (always k1; see
+      `rl_inputs.advantages`).
     aggregation: loss aggregation mode.
     temperature: the rollout temperature (the trainer's log-probs use the same scaling).
-    sft_coef: weight of an extra cross-entropy term on the *correct* samples
-      (reward >= 1); 0 = plain policy gradient.
+    sft_coef: weight of an extra cross-entropy term on the *correct* samples (first reward
+      component >= 1); 0 = plain policy gradient.
+    reward_weights: weights w_k of the K reward components (() = all 1). Scalar estimators see
+      `r = Σ_k w_k r_k`; multi-reward ones (`rl_inputs.MULTI_REWARD`) get [B, G, K] and w.
+    num_minibatches: micro-batches per update (gradient accumulation: one optimizer update on the
+      gradient of the whole batch, computed in `num_minibatches` pieces to bound memory).
+    num_iterations: optimizer updates on the same rollout. The PPO ratio is always taken against
+      the behaviour log-probs, so from the second update on ρ != 1 and clipping acts.
+    tis_cap: truncated importance sampling cap C (0 = off); see `rl_inputs.tis_weights`.
   """
 
   group_size: int
@@ -60,61 +76,129 @@ class RLHyper:
   clip_ratio_c: float = 3.0
   kl_coef: float = 0.0
   kl_kind: str = "k3"
+  kl_in_reward: bool = False
   aggregation: str = "token-mean"
   temperature: float = 1.0
   sft_coef: float = 0.0
+  reward_weights: tuple = ()
+  num_minibatches: int = 1
+  num_iterations: int = 1
+  tis_cap: float = 0.0
+
+  def __post_init__(self):
+    if self.num_minibatches < 1 or self.num_iterations < 1:
+      raise ValueError(f"num_minibatches and num_iterations must be >= 1, got "
+                       f"{self.num_minibatches} and {self.num_iterations}")
+    if self.tis_cap < 0:
+      raise ValueError(f"tis_cap must be >= 0 (0 = off), got {self.tis_cap}")
 
 
 def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.Array, *,
             model_cfg: models.ModelConfig, hyper: RLHyper) -> tuple[TrainState, dict]:
-  """One policy-gradient update on a rollout batch.
+  """`num_iterations` policy-gradient updates on one rollout batch.
 
   Args:
     state: policy train state.
     ref_params: frozen reference policy (used only when hyper.kl_coef > 0).
-    rollout: R = B * G rows, grouped contiguously (row r belongs to prompt r // G).
-    rewards: [R] float32 scalar rewards.
+    rollout: R = B * G rows, grouped contiguously (row r belongs to prompt r // G); rows with
+      valid=False get loss weight 0 and leave every normalizer.
+    rewards: [R] or [R, K] float32 rewards (K reward components).
+
+  Returns:
+    The new state (`step` advanced by num_iterations) and metrics; loss terms and gradient norms
+    are means over the iterations.
   """
-  g = hyper.group_size
-  r_bg = rewards.reshape(-1, g)
-  valid_bg = rollout.valid.reshape(-1, g)
-  adv, weight = advantages.get(hyper.advantage)(r_bg, valid_bg, **dict(hyper.advantage_options))
-  adv, weight = adv.reshape(-1), weight.reshape(-1)
-  mask = rollout.mask & (weight > 0)[:, None]
-  lp_args = (rollout.prompt_tokens, rollout.prompt_mask, rollout.tokens, rollout.mask)
-  ref_logp = None
-  if hyper.kl_coef:
-    ref_logp = jax.lax.stop_gradient(logprobs.completion_logprobs(
-        model_cfg, ref_params, *lp_args, temperature=hyper.temperature))
+  m_count = hyper.num_minibatches
+  lp = functools.partial(logprobs.completion_logprobs, model_cfg,
+                         temperature=hyper.temperature)
+  seqs = (rollout.prompt_tokens, rollout.prompt_mask, rollout.tokens, rollout.mask)
+  mask = rollout.mask & rollout.valid[:, None]
+  extra = {}
+  old_logp = rollout.logp
+  if hyper.tis_cap:
+    # The trainer's log-probs under the parameters that generated the batch are the PPO
+    # behaviour policy; the sampler's log-probs enter only through the TIS weight.
+    old_logp = _no_grad_logprobs(lp, state.params, seqs, m_count)
+    extra["tis_weight"] = rl_inputs.tis_weights(old_logp, rollout.logp, mask, hyper.tis_cap)
+  ref_logp = _no_grad_logprobs(lp, ref_params, seqs, m_count) if hyper.kl_coef else None
+  token_kl = None
+  if hyper.kl_in_reward and hyper.kl_coef:
+    token_kl = jnp.where(mask, old_logp - ref_logp, 0.0)
+  elif hyper.kl_coef:
+    extra["ref_logp"] = ref_logp
+  adv, weight, scalar_r = rl_inputs.advantages(rewards, rollout, hyper, token_kl)
+  loss_mask = mask & (weight > 0)[:, None]
+  good = loss_mask & (rl_inputs.as_components(rewards)[:, 0] >= 1.0)[:, None]
+  norms = rl_inputs.normalizers(loss_mask, good)
+  rows = dict(prompt_tokens=rollout.prompt_tokens, prompt_mask=rollout.prompt_mask,
+              tokens=rollout.tokens, mask=rollout.mask, loss_mask=loss_mask, good=good,
+              old_logp=old_logp, adv=adv, **extra)
+  micro = rl_inputs.split_rows(rows, m_count)
+  update = functools.partial(_update, micro=micro, norms=norms, model_cfg=model_cfg,
+                             hyper=hyper)
+  state, per_iter = jax.lax.scan(update, state, None, length=hyper.num_iterations)
+  metrics = {k: jnp.mean(v) for k, v in per_iter.items()}
+  metrics.update(rl_inputs.batch_metrics(scalar_r, rollout, adv, weight, loss_mask,
+                                         hyper.group_size))
+  if token_kl is not None:
+    metrics["kl"] = jnp.sum(token_kl) / jnp.maximum(jnp.sum(mask), 1)
+  if hyper.tis_cap:
+    tw = extra["tis_weight"]
+    metrics["tis_weight_mean"] = jnp.sum(tw * loss_mask) / jnp.maximum(jnp.sum(loss_mask), 1)
+  return state, metrics
 
-  def loss_fn(params):
-    logp = logprobs.completion_logprobs(model_cfg, params, *lp_args,
-                                        temperature=hyper.temperature)
-    pg, pg_metrics = losses.policy_loss(logp, rollout.logp, adv, mask, kind=hyper.loss,
-                                        clip_low=hyper.clip_low, clip_high=hyper.clip_high,
-                                        clip_ratio_c=hyper.clip_ratio_c)
-    mode = losses.FORCED_AGGREGATION.get(hyper.loss, hyper.aggregation)
-    total_tok = pg
-    aux = dict(pg_metrics, pg_loss=losses.aggregate(pg, mask, mode))
-    if hyper.kl_coef:
-      kl = losses.kl_penalty(logp, ref_logp, hyper.kl_kind)
-      total_tok = total_tok + hyper.kl_coef * kl
-      aux["kl"] = losses.aggregate(kl, mask, "token-mean")
-    loss = losses.aggregate(total_tok, mask, mode)
-    if hyper.sft_coef:
-      good = mask & (rewards >= 1.0)[:, None]
-      aux["sft_loss"] = losses.aggregate(-logp, good, "token-mean")
-      loss = loss + hyper.sft_coef * aux["sft_loss"]
-    return loss, aux
 
-  (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  m = rollout.mask.astype(jnp.float32)
-  metrics = dict(aux, loss=loss, grad_norm=_global_norm(grads),
-                 reward_mean=jnp.sum(rewards * rollout.valid) / jnp.maximum(rollout.valid.sum(), 1),
-                 adv_abs_mean=jnp.sum(jnp.abs(adv) * weight) / jnp.maximum(weight.sum(), 1.0),
-                 completion_len=jnp.sum(m) / m.shape[0],
-                 informative_frac=jnp.mean(jnp.any(jnp.abs(adv.reshape(-1, g)) > 0, axis=-1)))
+def _no_grad_logprobs(lp, params, seqs, num_micro: int) -> jax.Array:
+  """Log-probs [R, T] of the completions, computed one micro-batch at a time."""
+  micro = rl_inputs.split_rows(seqs, num_micro)
+  out = jax.lax.map(lambda mb: lp(params, *mb), micro)
+  return jax.lax.stop_gradient(rl_inputs.merge_rows(out))
+
+
+def _update(state: TrainState, _, *, micro: dict, norms: dict, model_cfg, hyper: RLHyper):
+  """One optimizer update on the gradient accumulated over the micro-batches."""
+  grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+
+  def accumulate(grads, mb):
+    (loss, aux), g = grad_fn(state.params, mb, norms, model_cfg=model_cfg, hyper=hyper)
+    return jax.tree_util.tree_map(jnp.add, grads, g), dict(aux, loss=loss)
+
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+  grads, aux = jax.lax.scan(accumulate, zeros, micro)
+  # Every term is normalized by whole-batch counts, so the batch's value is the sum.
+  metrics = {k: jnp.sum(v) for k, v in aux.items()}
+  metrics["grad_norm"] = _global_norm(grads)
   return state.apply_gradients(grads), metrics
+
+
+def _micro_loss(params, mb: dict, norms: dict, *, model_cfg, hyper: RLHyper):
+  """This micro-batch's share of the batch loss (normalized by whole-batch counts)."""
+  logp = logprobs.completion_logprobs(model_cfg, params, mb["prompt_tokens"], mb["prompt_mask"],
+                                      mb["tokens"], mb["mask"], temperature=hyper.temperature)
+  m = mb["loss_mask"]
+  pg, pg_metrics = losses.policy_loss(logp, mb["old_logp"], mb["adv"], m, kind=hyper.loss,
+                                      clip_low=hyper.clip_low, clip_high=hyper.clip_high,
+                                      clip_ratio_c=hyper.clip_ratio_c)
+  if "tis_weight" in mb:
+    pg = pg * mb["tis_weight"]
+  mode = losses.FORCED_AGGREGATION.get(hyper.loss, hyper.aggregation)
+  agg = functools.partial(losses.aggregate, mode=mode, num_tokens=norms["num_tokens"],
+                          num_seqs=norms["num_seqs"])
+  # Masked means over this micro-batch, weighted by its share of the batch's loss tokens.
+  share = jnp.sum(m) / jnp.maximum(norms["num_tokens"], 1)
+  aux = {k: v * share for k, v in pg_metrics.items()}
+  aux["pg_loss"] = agg(pg, m)
+  total = pg
+  if "ref_logp" in mb:
+    kl = losses.kl_penalty(logp, mb["ref_logp"], hyper.kl_kind)
+    total = total + hyper.kl_coef * kl
+    aux["kl"] = losses.aggregate(kl, m, "token-mean", num_tokens=norms["num_tokens"])
+  loss = agg(total, m)
+  if hyper.sft_coef:
+    aux["sft_loss"] = losses.aggregate(-logp, mb["good"], "token-mean",
+                                       num_tokens=norms["num_good"])
+    loss = loss + hyper.sft_coef * aux["sft_loss"]
+  return loss, aux
 
 
 def _global_norm(tree) -> jax.Array:

@@ -29,6 +29,7 @@ def _config(make, interrupt_at=""):
   config.control.enabled = False
   config.rl.kl_coef = 0.05
   config.rl.kl_kind = "k1"
+  config.rl.optim.warmup_steps = 0  # Every RL update moves the policy, so KL != 0 from step 2.
   config.interrupt_at = interrupt_at
   return config
 

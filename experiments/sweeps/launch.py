@@ -1,0 +1,96 @@
+"""Runs a sweep, one `python -m experiments.run` process per run, one after the other.
+
+    python -m experiments.sweeps.launch --sweep=estimators \
+        --base_config=experiments/configs/default.py --workdir_root=runs/sweeps [--dry_run]
+
+`--sweep=NAME` is the module `experiments/sweeps/NAME.py`; its `get_sweep()` lists the runs as
+dicts of config overrides (plus 'name'), which become `--config.KEY=VALUE` flags. Run NAME goes
+to WORKDIR_ROOT/SWEEP/NAME. A run whose `summary.json` exists is skipped, so re-running the
+command continues an interrupted sweep (and a half-finished run resumes from its checkpoints).
+
+With --share_sft (the default) one SFT-only run per seed goes first, to
+WORKDIR_ROOT/SWEEP/_sft/seedS (`rl.steps=0`, control off), and every run of that seed starts
+from its final checkpoint (`config.init_from`). A run that overrides SFT, model, task or
+tokenizer fields trains its own SFT instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shlex
+import subprocess
+import sys
+
+from absl import app, flags
+
+_SWEEP = flags.DEFINE_string("sweep", None, "Sweep module name in experiments/sweeps/.")
+_BASE = flags.DEFINE_string("base_config", "experiments/configs/default.py",
+                            "Config file[:variant] every run starts from.")
+_ROOT = flags.DEFINE_string("workdir_root", "runs/sweeps", "Runs go to ROOT/SWEEP/NAME.")
+_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands instead of running them.")
+_SHARE_SFT = flags.DEFINE_bool("share_sft", True, "Run SFT once per seed and start every run "
+                               "from it (config.init_from).")
+
+SUMMARY_FILE = "summary.json"  # rl_jax.train.loop.SUMMARY_FILE (not imported: no jax here).
+# Overrides of these change the SFT policy, so such a run cannot share the seed's SFT.
+_SFT_PREFIXES = ("sft.", "model.", "task.", "tokenizer.", "sampling.max_new_tokens", "init_from")
+
+
+def format_value(value) -> str:
+  """A config value as `--config.k=` text that ml_collections parses back to the same value."""
+  if isinstance(value, str):
+    return value
+  return repr(value)
+
+
+def command(base_config: str, workdir: str, overrides: dict) -> list[str]:
+  """argv of one run: `python -m experiments.run --config=... --workdir=... --config.k=v ...`."""
+  return [sys.executable, "-m", "experiments.run", f"--config={base_config}",
+          f"--workdir={workdir}"] + [f"--config.{k}={format_value(v)}"
+                                     for k, v in overrides.items() if k != "name"]
+
+
+def _shares_sft(overrides: dict) -> bool:
+  return not any(k.startswith(_SFT_PREFIXES) for k in overrides)
+
+
+def plan(runs: list[dict], base_config: str, root: str, share_sft: bool) -> list[tuple[str, list]]:
+  """(workdir, argv) of every process in order: the shared SFT runs first, then the sweep."""
+  names = [r["name"] for r in runs]
+  if len(set(names)) != len(names):
+    raise ValueError(f"run names must be unique, got {names}")
+  out, sft_dirs = [], {}
+  if share_sft:
+    for seed in dict.fromkeys(r.get("seed", 0) for r in runs if _shares_sft(r)):
+      sft_dirs[seed] = os.path.join(root, "_sft", f"seed{seed}")
+      out.append((sft_dirs[seed], command(base_config, sft_dirs[seed], {
+          "seed": seed, "rl.steps": 0, "control.enabled": False})))
+  for run in runs:
+    overrides = dict(run)
+    seed = overrides.get("seed", 0)
+    if seed in sft_dirs and _shares_sft(overrides):
+      overrides["init_from"] = sft_dirs[seed]
+    workdir = os.path.join(root, run["name"])
+    out.append((workdir, command(base_config, workdir, overrides)))
+  return out
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  sweep = importlib.import_module(f"experiments.sweeps.{_SWEEP.value}")
+  root = os.path.join(_ROOT.value, _SWEEP.value)
+  steps = plan(sweep.get_sweep(), _BASE.value, root, _SHARE_SFT.value)
+  for i, (workdir, args) in enumerate(steps, 1):
+    if os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
+      print(f"[{i}/{len(steps)}] done, skipped: {workdir}", flush=True)
+      continue
+    print(f"[{i}/{len(steps)}] {shlex.join(args)}", flush=True)
+    if not _DRY_RUN.value:
+      subprocess.run(args, check=True)
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("sweep")
+  app.run(main)

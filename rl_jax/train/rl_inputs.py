@@ -1,0 +1,147 @@
+"""What `steps.rl_step` computes from a rollout before the gradient: rewards -> advantages,
+truncated importance weights, whole-batch loss normalizers, micro-batch splits, batch metrics.
+
+All functions are pure and jittable (shapes static); `hyper` is a `steps.RLHyper`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from rl_jax.rl import advantages as advantages_lib
+from rl_jax.types import Rollout
+
+# Estimators that take the K reward components [B, G, K] (and `weights`) instead of one scalar.
+MULTI_REWARD = ("gdpo", "gdpo_verl")
+
+
+def as_components(rewards: jax.Array) -> jax.Array:
+  """Rewards [R] or [R, K] -> float32 [R, K]."""
+  r = jnp.asarray(rewards, jnp.float32)
+  return r[:, None] if r.ndim == 1 else r
+
+
+def reward_weights(hyper, num_components: int) -> jax.Array:
+  """w [K]: `hyper.reward_weights`, or all ones when it is empty."""
+  if not hyper.reward_weights:
+    return jnp.ones((num_components,), jnp.float32)
+  if len(hyper.reward_weights) != num_components:
+    raise ValueError(f"reward_weights has {len(hyper.reward_weights)} entries but the rewards "
+                     f"have {num_components} components")
+  return jnp.asarray(hyper.reward_weights, jnp.float32)
+
+
+def advantages(rewards: jax.Array, rollout: Rollout, hyper,
+               token_kl: Optional[jax.Array] = None):
+  """Runs the registered estimator on the rollout's groups.
+
+  Scalar estimators see `r = Σ_k w_k r_k` as [B, G]; `MULTI_REWARD` estimators see the
+  components [B, G, K] with `weights=w` (unless `advantage_options` sets them). Estimators that
+  take `mask` (token-level ones), `lengths` (OPO) or `token_kl` get them from the rollout.
+
+  KL in the reward (`hyper.kl_in_reward`, coefficient β = `hyper.kl_coef`, k1_t = logp_old_t −
+  logp_ref_t given as `token_kl`): an estimator with a `token_kl` argument (REINFORCE++) uses the
+  token reward `r_t − β·k1_t`; for every other estimator the sequence reward becomes
+  `r − β·Σ_t k1_t`. It is not defined for the multi-reward estimators (ValueError).
+
+  Returns:
+    adv [R] or [R, T] (token-level estimators), weight [R], and the scalar reward [R] (before
+    the KL term) for metrics.
+  """
+  fn = advantages_lib.get(hyper.advantage)
+  accepts = inspect.signature(fn).parameters
+  r_rk = as_components(rewards)
+  n_rows, k = r_rk.shape
+  g = hyper.group_size
+  if n_rows % g:
+    raise ValueError(f"{n_rows} rollout rows are not a whole number of groups of {g}")
+  w = reward_weights(hyper, k)
+  scalar = r_rk @ w
+  opts = dict(hyper.advantage_options)
+  if hyper.advantage in MULTI_REWARD:
+    if token_kl is not None:
+      raise ValueError(f"kl_in_reward is not defined for the multi-reward estimator "
+                       f"{hyper.advantage!r}; use the KL loss term (kl_in_reward=False)")
+    if hyper.reward_weights:
+      opts.setdefault("weights", tuple(hyper.reward_weights))
+    r = r_rk.reshape(-1, g, k)
+  else:
+    r = scalar
+    if token_kl is not None and "token_kl" not in accepts:
+      r = r - hyper.kl_coef * jnp.sum(token_kl, axis=-1)
+    r = r.reshape(-1, g)
+  t = rollout.mask.shape[-1]
+  if "mask" in accepts:
+    opts["mask"] = rollout.mask.reshape(-1, g, t)
+  if "lengths" in accepts:
+    opts["lengths"] = jnp.sum(rollout.mask, -1).reshape(-1, g)
+  if token_kl is not None and "token_kl" in accepts:
+    opts.update(token_kl=token_kl.reshape(-1, g, t), kl_coef=hyper.kl_coef)
+  adv, weight = fn(r, rollout.valid.reshape(-1, g), **opts)
+  adv = adv.reshape((n_rows,) + adv.shape[2:])
+  return adv, weight.reshape(-1), scalar
+
+
+def tis_weights(trainer_logp: jax.Array, sampler_logp: jax.Array, mask: jax.Array,
+                cap: float) -> jax.Array:
+  """Truncated importance weights `w_t = min(exp(logp_trainer_t − logp_sampler_t), C)`.
+
+  The sampler (inference engine) and the trainer compute slightly different probabilities for
+  the same parameters. The PPO ratio is then taken against the trainer's own log-probs of the
+  pre-update parameters, and each token's loss is multiplied by how much more likely the trainer
+  finds the token than the sampler did, capped at C so rare tokens cannot blow up the gradient
+  (a per-token weight, as in verl's `tis_imp_ratio_cap`). The log-ratio is clamped to [−20, 20];
+  w is a constant (no gradient) and 0 off the mask.
+  """
+  delta = jnp.clip(trainer_logp - sampler_logp, -20.0, 20.0)
+  w = jnp.minimum(jnp.exp(delta), cap)
+  return jax.lax.stop_gradient(jnp.where(mask, w, 0.0))
+
+
+def normalizers(loss_mask: jax.Array, good: jax.Array) -> dict:
+  """Whole-batch counts for `losses.aggregate`, taken before splitting into micro-batches."""
+  return {"num_tokens": jnp.sum(loss_mask), "num_seqs": jnp.sum(jnp.any(loss_mask, -1)),
+          "num_good": jnp.sum(good)}
+
+
+def split_rows(tree: Any, num: int) -> Any:
+  """Leaves [R, ...] -> [num, R/num, ...]; micro-batch j takes rows j, j+num, j+2·num, ...
+
+  The strided split keeps each micro-batch spread over every data shard of the row axis.
+  """
+  def split(x):
+    if x.shape[0] % num:
+      raise ValueError(f"{x.shape[0]} rows do not split into {num} micro-batches "
+                       f"(num_minibatches must divide prompts_per_step * group_size)")
+    return jnp.swapaxes(x.reshape((x.shape[0] // num, num) + x.shape[1:]), 0, 1)
+
+  return jax.tree_util.tree_map(split, tree)
+
+
+def merge_rows(x: jax.Array) -> jax.Array:
+  """Inverse of `split_rows` for one array: [num, R/num, ...] -> [R, ...]."""
+  return jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:])
+
+
+def batch_metrics(scalar_r: jax.Array, rollout: Rollout, adv: jax.Array, weight: jax.Array,
+                  loss_mask: jax.Array, group_size: int) -> dict:
+  """Reward, advantage and length statistics of the batch (valid rows only)."""
+  valid = rollout.valid.astype(jnp.float32)
+  lm = loss_mask.astype(jnp.float32)
+  if adv.ndim == 1:
+    adv_abs = jnp.sum(jnp.abs(adv) * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+    row_signal = jnp.abs(adv) > 0
+  else:
+    adv_abs = jnp.sum(jnp.abs(adv) * lm) / jnp.maximum(jnp.sum(lm), 1.0)
+    row_signal = jnp.any(jnp.abs(adv) > 0, axis=-1)
+  m = rollout.mask.astype(jnp.float32)
+  return {
+      "reward_mean": jnp.sum(scalar_r * valid) / jnp.maximum(jnp.sum(valid), 1),
+      "adv_abs_mean": adv_abs,
+      "completion_len": jnp.sum(m) / m.shape[0],
+      "informative_frac": jnp.mean(jnp.any(row_signal.reshape(-1, group_size), axis=-1)),
+  }

@@ -1,0 +1,143 @@
+"""Sweeps: the launcher's commands, `config.init_from`, and the report on real smoke work dirs.
+
+One smoke SFT is trained (in memory and checkpointed); two RL runs start from it through
+`config.init_from`, as the sweep launcher arranges, and the report summarizes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import report
+from experiments.sweeps import estimators, launch
+from rl_jax.metrics import MetricsWriter
+from rl_jax.train import experiment, init_from, loop, phases
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_estimator_sweep_is_data():
+  runs = estimators.get_sweep()
+  assert len(runs) == len(estimators.VARIANTS) * 2
+  by_name = {r["name"]: r for r in runs}
+  assert by_name["mc_grpo_g2_seed1"]["rl.group_size"] == 3  # G = 2 (+1 pivot).
+  assert by_name["gdpo_format_seed0"]["rl.rewards"] == ("task_score", "format")
+  assert {r["seed"] for r in runs} == {0, 1}
+
+
+def test_launcher_dry_run_prints_commands_and_skips_finished_runs(tmp_path):
+  done = tmp_path / "estimators" / "grpo_seed0"
+  done.mkdir(parents=True)
+  (done / "summary.json").write_text("{}")
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.sweeps.launch", "--sweep=estimators",
+       "--base_config=experiments/configs/default.py", f"--workdir_root={tmp_path}", "--dry_run"],
+      cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = proc.stdout.strip().splitlines()
+  assert len(lines) == 2 + len(estimators.get_sweep())  # One SFT per seed first.
+  assert "_sft/seed0" in lines[0] and "--config.rl.steps=0" in lines[0]
+  assert "done, skipped" in lines[2] and "grpo_seed0" in lines[2]
+  gdpo = shlex.split(next(line for line in lines if "gdpo_format_seed1" in line))
+  assert "--config.rl.advantage=gdpo" in gdpo
+  assert f"--config.init_from={tmp_path}/estimators/_sft/seed1" in gdpo
+  assert "--config.rl.rewards=('task_score', 'format')" in gdpo
+  assert not any((tmp_path / "estimators").glob("*_seed1"))  # Nothing ran.
+
+
+_PRINT_CONFIG = """
+import functools, json, sys
+from absl import app
+from ml_collections import config_flags
+config = config_flags.DEFINE_config_file("config", None, "", lock_config=True)
+keys = sys.argv[1].split(",")
+app.run(lambda _: print(json.dumps(
+    {k: functools.reduce(getattr, k.split("."), config.value) for k in keys})),
+    argv=[sys.argv[0]] + sys.argv[2:])
+"""
+
+
+def test_launcher_flags_parse_back_to_the_overrides(tmp_path):
+  """The formatted `--config.k=v` flags give the sweep's values in the loaded config."""
+  run = next(r for r in estimators.get_sweep() if r["name"] == "gdpo_format_seed1")
+  args = launch.command("experiments/configs/default.py:smoke", str(tmp_path), run)
+  keys = "rl.rewards,rl.advantage,seed,control.enabled"
+  proc = subprocess.run(
+      [sys.executable, "-c", _PRINT_CONFIG, keys, *[a for a in args if a.startswith("--config")]],
+      cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert got == {"rl.rewards": ["task_score", "format"], "rl.advantage": "gdpo", "seed": 1,
+                 "control.enabled": False}
+
+
+def _rl_config(make, source, **rl):
+  config = make()
+  config.control.enabled = False
+  config.init_from = str(source)
+  config.rl.update(steps=2, eval_every=1, **rl)
+  config.eval.temperatures = (1.0,)  # The sampled eval's temperature: no extra sampler compile.
+  return config
+
+
+@pytest.fixture(scope="module")
+def sft_source(tmp_path_factory, smoke_config_factory):
+  """A work dir holding a finished smoke SFT, and its final params (from memory)."""
+  workdir = str(tmp_path_factory.mktemp("sft"))
+  config = smoke_config_factory()
+  exp = experiment.build(config, workdir)
+  with MetricsWriter(workdir) as writer:
+    result = phases.sft(exp, "sft", phases.init_params(exp), config.sft.steps, writer)
+  return workdir, jax.device_get(result.params)
+
+
+def test_init_from_restores_the_sft_params(sft_source, smoke_config, tmp_path):
+  source, params = sft_source
+  smoke_config.init_from = source
+  init_from.prepare(source, str(tmp_path))
+  exp = experiment.build(smoke_config, str(tmp_path))
+  init_from.check_same_data(source, str(tmp_path))
+  loaded = init_from.load_sft(exp, source)
+  assert loaded.steps == smoke_config.sft.steps
+  for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(loaded.params)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_init_from_errors(sft_source, smoke_config, tmp_path):
+  missing = str(tmp_path / "nowhere")
+  smoke_config.init_from = missing
+  with pytest.raises(FileNotFoundError, match=os.path.join(missing, "checkpoints", "sft")):
+    loop.run(smoke_config, str(tmp_path / "a"))
+  smoke_config.init_from = sft_source[0]
+  smoke_config.seed = 1  # Other task data than the source's.
+  with pytest.raises(ValueError, match="different task, seed"):
+    loop.run(smoke_config, str(tmp_path / "b"))
+
+
+def test_report_from_two_smoke_runs(sft_source, smoke_config_factory, tmp_path):
+  source, _ = sft_source
+  for name, rl in (("grpo_seed0", {}), ("rloo_seed0", {"advantage": "rloo"})):
+    summary = loop.run(_rl_config(smoke_config_factory, source, **rl), str(tmp_path / name))
+    assert summary["init_from"] == source
+    assert not os.path.exists(tmp_path / name / "checkpoints" / "sft")  # SFT was not rerun.
+  runs = report.find_runs([str(tmp_path / "*")])
+  assert [r["name"] for r in runs] == ["grpo_seed0", "rloo_seed0"]
+  for r in runs:
+    assert r["rollout_tokens"] > 0
+    assert [p[0] for p in r["curve"]] == [0, 1, 2]
+    tokens = [p[1] for p in r["curve"]]
+    assert tokens == sorted(tokens) and tokens[-1] == r["rollout_tokens"]  # Cumulative.
+  text = report.markdown(runs)
+  assert "| grpo | 1 |" in text and "| rloo | 1 |" in text and "| rloo_seed0 | 0 |" in text
+  png = report.plot(runs, str(tmp_path / "out" / "report.png"))
+  with open(png, "rb") as f:
+    assert f.read(8) == PNG_MAGIC

@@ -1,0 +1,123 @@
+"""DAPO host rollouts: overlong shaping numbers, dynamic sampling with static shapes.
+
+Generation is stubbed (`rollouts.collect` takes the round sampler as a function), so the group
+selection is checked exactly; one test runs the real sampler and RL phase on the smoke config.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rl_jax.metrics import MetricsWriter, read_metrics
+from rl_jax.train import experiment, phases, rollouts
+from rl_jax.types import Rollout
+
+T = 5
+
+
+def test_overlong_shaping_matches_algorithms_md():
+  """§2.2: L_max=20, L_cache=4: L=16 -> 0, L=18 -> -0.5, L=21 -> -1; only column 0 moves."""
+  r = np.array([[1.0, 1.0], [1.0, 1.0], [0.0, 1.0]], np.float32)
+  out = rollouts.overlong_shaping(r, np.array([16, 18, 21]), max_len=20, buffer=4)
+  np.testing.assert_allclose(out, [[1.0, 1.0], [0.5, 1.0], [-1.0, 1.0]])
+  np.testing.assert_allclose(rollouts.overlong_shaping(r, np.array([16, 18, 21]), 20, 0), r)
+
+
+def test_informative_groups():
+  """§2.2: groups [1,1,1,1], [0,1,0,0], [0,0,0,0] -> only group 2 is kept."""
+  r = np.array([1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0], np.float32)[:, None]
+  valid = np.ones(12, bool)
+  np.testing.assert_array_equal(rollouts.informative_groups(r, valid, 4, (), False),
+                                [False, True, False])
+  # Two components: a varying second component makes group 1 informative for GDPO...
+  r2 = np.concatenate([r, np.array([1, 0, 1, 1] + [1] * 8, np.float32)[:, None]], 1)
+  np.testing.assert_array_equal(rollouts.informative_groups(r2, valid, 4, (), True),
+                                [True, True, False])
+  # ... and for a scalar estimator only when the weighted sum varies.
+  np.testing.assert_array_equal(rollouts.informative_groups(r2, valid, 4, (1.0, 0.0), False),
+                                [False, True, False])
+
+
+def _stub(round_rewards, group_size):
+  """draw(k) -> a host Rollout whose tokens encode (round, row), and its [R, 1] rewards."""
+
+  def draw(k):
+    r = np.asarray(round_rewards[k], np.float32)
+    n = len(r)
+    tokens = np.tile((100 * k + np.arange(n))[:, None], (1, T)).astype(np.int32)
+    mask = np.ones((n, T), bool)
+    mask[:, -1] = np.arange(n) % 2 == 0  # Lengths 5 and 4.
+    return Rollout(prompt_tokens=np.ones((n, 2), np.int32), prompt_mask=np.ones((n, 2), bool),
+                   tokens=tokens, mask=mask, logp=np.zeros((n, T), np.float32),
+                   group=np.repeat(np.arange(n // group_size), group_size).astype(np.int32),
+                   valid=np.ones(n, bool)), r[:, None]
+
+  return draw
+
+
+@pytest.fixture
+def ds_config(smoke_config):
+  smoke_config.rl.update(prompts_per_step=3, group_size=4, dynamic_sampling=True,
+                         max_gen_rounds=3)
+  return smoke_config
+
+
+def test_dynamic_sampling_keeps_informative_groups_in_order(ds_config):
+  rounds = [[1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0],   # Round 0: group 1 informative.
+            [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0],   # Round 1: groups 0 and 2.
+            [0, 1, 0, 1] * 3]                        # Never drawn: 3 groups already.
+  batch, rewards, metrics = rollouts.collect(_stub(rounds, 4), ds_config)
+  assert metrics["gen_rounds"] == 2 and metrics["kept_groups"] == 3
+  assert metrics["rollout_tokens"] == 2 * 12 * 4.5
+  assert batch.tokens.shape == (12, T) and rewards.shape == (12, 1)
+  np.testing.assert_array_equal(batch.tokens[::4, 0], [4, 100, 108])  # (round, first row).
+  np.testing.assert_array_equal(rewards[:, 0], rounds[0][4:8] + rounds[1][0:4] + rounds[1][8:12])
+  assert batch.valid.all()
+  np.testing.assert_array_equal(batch.group, np.repeat(np.arange(3), 4))
+
+
+def test_dynamic_sampling_fills_missing_groups_with_invalid_rows(ds_config):
+  rounds = [[0] * 12, [1] * 4 + [0, 1, 1, 1] + [0] * 4, [1] * 12]
+  batch, rewards, metrics = rollouts.collect(_stub(rounds, 4), ds_config)
+  assert metrics["gen_rounds"] == 3 and metrics["kept_groups"] == 1
+  assert batch.tokens.shape == (12, T) and rewards.shape == (12, 1)
+  np.testing.assert_array_equal(batch.valid, np.repeat([True, False, False], 4))
+  np.testing.assert_array_equal(rewards[:4, 0], [0, 1, 1, 1])
+  assert metrics["reward_task_score"] == 0.75  # Over the valid rows only.
+
+
+def test_without_dynamic_sampling_one_round_and_shaping(ds_config):
+  ds_config.rl.update(dynamic_sampling=False, overlong_buffer=2)
+  rounds = [[1] * 12]
+  batch, rewards, metrics = rollouts.collect(_stub(rounds, 4), ds_config)
+  assert metrics["gen_rounds"] == 1 and metrics["kept_groups"] == 3
+  # L_max = 5, L_cache = 2: length 5 -> -1, length 4 -> -0.5.
+  np.testing.assert_allclose(rewards[:4, 0], [0.0, 0.5, 0.0, 0.5])
+  assert metrics["reward_task_score"] == 1.0  # Raw (unshaped) reward.
+
+
+def test_rl_phase_with_dapo_options_keeps_static_shapes(smoke_config, tmp_path):
+  """The real sampler -> dynamic sampling -> a step with micro-batches, 2 iterations and TIS."""
+  smoke_config.rl.update(steps=2, eval_every=0, dynamic_sampling=True, max_gen_rounds=2,
+                         overlong_buffer=2, num_minibatches=2, num_iterations=2, tis_cap=2.0,
+                         rewards=("task_score", "format"), advantage="gdpo")
+  exp = experiment.build(smoke_config, str(tmp_path))
+  params = phases.init_params(exp)
+  batch, rewards, metrics = rollouts.rollout(exp, params, 0)
+  rows = smoke_config.rl.prompts_per_step * smoke_config.rl.group_size
+  assert batch.tokens.shape == (rows, smoke_config.sampling.max_new_tokens)
+  assert rewards.shape == (rows, 2)
+  assert 1 <= metrics["gen_rounds"] <= 2
+  assert batch.valid.sum() == metrics["kept_groups"] * smoke_config.rl.group_size
+  if metrics["kept_groups"] < smoke_config.rl.prompts_per_step:
+    assert metrics["gen_rounds"] == 2
+  with MetricsWriter(tmp_path) as writer:
+    result = phases.rl(exp, params, writer)
+  records = [r for r in read_metrics(tmp_path) if r["phase"] == "rl"]
+  assert [r["step"] for r in records] == [1, 2]
+  for r in records:
+    assert {"gen_rounds", "kept_groups", "reward_task_score", "reward_format",
+            "tis_weight_mean", "rollout_tokens"} <= set(r)
+    assert all(np.isfinite(v) for v in r.values() if isinstance(v, float))
+  assert result.steps == 2
