@@ -1,8 +1,11 @@
 """Per-token log-probs of completions under a policy (the trainer's side of the sampler check).
 
 The sequence is `prompt (left-padded) ++ completion (right-padded)`; position P-1+t predicts
-completion token t. Only the T completion positions are unembedded, so the logits held are
-[B, T, V], never [B, P+T, V].
+completion token t. The final hidden states of those T positions go through the fused
+unembedding + log-softmax of `kernels.logprob` (impl='auto': tiled XLA loops on CPU, Pallas on
+GPU/TPU), so neither the forward nor the backward ever holds [B, T, V] logits: the largest
+temporary is one [block_n, block_v] float32 tile. Block sizes come from
+`kernels.logprob.block_sizes.TUNED`; see that module for picking them on a GPU or TPU.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from kernels import logprob
 from rl_jax import models
 
 
@@ -31,16 +35,22 @@ def completion_logprobs(cfg: models.ModelConfig, params, prompt: jax.Array,
   Values where completion_mask is False are 0.
   """
   p = prompt.shape[1]
+  b, t = completion.shape
   tokens = jnp.concatenate([prompt, completion], axis=1)
   mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
   hidden = models.hidden_states(cfg, params, tokens, mask)[:, p - 1:-1]
-  logits = models.logits_from_hidden(cfg, params, hidden)
-  if temperature not in (0.0, 1.0):
-    logits = logits / temperature
-  logprobs = jax.nn.log_softmax(logits, axis=-1)
-  logp = jnp.take_along_axis(logprobs, completion[..., None], axis=-1)[..., 0]
-  logp = jnp.where(completion_mask, logp, 0.0)
+  # A tied embedding is passed as stored ([V, D], vocab_major): `models.unembedding` would give
+  # its transpose, which the vocabulary-blocked loops would copy whole (and its gradient too).
+  if cfg.tie_embeddings:
+    w, vocab_major = params["embed_tokens"]["embedding"], True
+  else:
+    w, vocab_major = models.unembedding(cfg, params), False
+  out = logprob.token_logprobs(
+      hidden.reshape(b * t, -1).astype(cfg.compute_dtype), w.astype(cfg.compute_dtype),
+      completion.reshape(-1), temperature=1.0 if temperature in (0.0, 1.0) else temperature,
+      with_entropy=with_entropy, vocab_major=vocab_major)
+  logp, entropy = out if with_entropy else (out, None)
+  logp = jnp.where(completion_mask, logp.reshape(b, t), 0.0)
   if not with_entropy:
     return logp
-  entropy = -jnp.sum(jnp.exp(logprobs) * logprobs, axis=-1)
-  return logp, jnp.where(completion_mask, entropy, 0.0)
+  return logp, jnp.where(completion_mask, entropy.reshape(b, t), 0.0)

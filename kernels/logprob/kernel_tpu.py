@@ -1,0 +1,171 @@
+"""Pallas TPU (Mosaic) kernels of the fused log-prob.
+
+Tiles are [block_n, D] x [D, block_v] (the MXU takes the whole model width at once). Per-token
+vectors are [N, 1] columns so that row reductions (`keepdims=True`) store without relayout.
+
+- forward: grid (N / block_n, cdiv(V, block_v)), both parallel; each tile writes its partial
+  statistics to [n_col_blocks, N, 1] outputs, combined by `common.combine` in XLA.
+- backward, d_hidden: grid (row blocks, column blocks), the column axis 'arbitrary': the
+  [block_n, D] float32 output block stays in VMEM and accumulates over the vocabulary.
+- backward, d_unembedding: grid (column blocks, row blocks), the row axis 'arbitrary': the
+  [D, block_v] float32 block accumulates over the tokens.
+Both backward kernels recompute the logit tile (TPU has no atomics), so the backward costs two
+tile recomputations. Columns past V (the last, partial block) are masked, W's included, so
+whatever the partial block holds never reaches a gradient. block_n should be a multiple of 8
+(16 for bfloat16) and block_v a multiple of 128. Tested on CPU in interpret mode; not yet run on
+a TPU.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from kernels.logprob import common
+
+_NT = (((1,), (1,)), ((), ()))  # a @ b.T
+_TN = (((0,), (0,)), ((), ()))  # a.T @ b
+_NN = (((1,), (0,)), ((), ()))  # a @ b
+
+
+def _tile(h_ref, w_ref, col_block, n_vocab: int, vocab_major: bool):
+  """-> (h, w with vocabulary entries past V zeroed, x = h @ W in float32, cols [1, bv],
+  valid [1, bv]); the W tile is [D, bv], or [bv, D] with vocab_major."""
+  block_v = w_ref.shape[0 if vocab_major else 1]
+  start = col_block * block_v
+  cols = start + lax.broadcasted_iota(jnp.int32, (1, block_v), 1)
+  valid = cols < n_vocab
+  h = h_ref[...]
+  zero = jnp.zeros((), w_ref.dtype)
+  if vocab_major:
+    w_ok = start + lax.broadcasted_iota(jnp.int32, (block_v, 1), 0) < n_vocab
+    w = jnp.where(w_ok, w_ref[...], zero)
+    x = lax.dot_general(h, w, _NT, preferred_element_type=jnp.float32)
+  else:
+    w = jnp.where(valid, w_ref[...], zero)
+    x = jnp.dot(h, w, preferred_element_type=jnp.float32)
+  return h, w, x, cols, valid
+
+
+def _fwd_kernel(h_ref, w_ref, t_ref, m_ref, s_ref, u_ref, zt_ref, *,
+                transform: common.Transform, n_vocab: int, vocab_major: bool):
+  _, _, x, cols, valid = _tile(h_ref, w_ref, pl.program_id(1), n_vocab, vocab_major)
+  stats = common.tile_stats(transform.logits(x), valid, cols == t_ref[...])
+  for ref, value in zip((m_ref, s_ref, u_ref, zt_ref), stats):
+    ref[...] = value
+
+
+def _dx(refs, col_block, transform, n_vocab, entropy_grad, vocab_major):
+  h_ref, w_ref, t_ref, lse_ref, ent_ref, g_ref, e_ref = refs
+  h, w, x, cols, valid = _tile(h_ref, w_ref, col_block, n_vocab, vocab_major)
+  dz = common.tile_dz(transform.logits(x), valid, cols == t_ref[...], lse_ref[...],
+                      ent_ref[...], g_ref[...], e_ref[...] if entropy_grad else None)
+  return h, w, transform.grad(x, dz).astype(h.dtype)
+
+
+def _dh_kernel(*refs, transform, n_vocab, entropy_grad, vocab_major):
+  *ins, dh_ref = refs
+  j = pl.program_id(1)
+
+  @pl.when(j == 0)
+  def _():
+    dh_ref[...] = jnp.zeros(dh_ref.shape, dh_ref.dtype)
+
+  _, w, dx = _dx(ins, j, transform, n_vocab, entropy_grad, vocab_major)
+  dh_ref[...] += lax.dot_general(dx, w, _NN if vocab_major else _NT,
+                                 preferred_element_type=jnp.float32)
+
+
+def _dw_kernel(*refs, transform, n_vocab, entropy_grad, vocab_major):
+  *ins, dw_ref = refs
+
+  @pl.when(pl.program_id(1) == 0)
+  def _():
+    dw_ref[...] = jnp.zeros(dw_ref.shape, dw_ref.dtype)
+
+  h, _, dx = _dx(ins, pl.program_id(0), transform, n_vocab, entropy_grad, vocab_major)
+  a, b = (dx, h) if vocab_major else (h, dx)
+  dw_ref[...] += lax.dot_general(a, b, _TN, preferred_element_type=jnp.float32)
+
+
+def _w_spec(block_v: int, d: int, vocab_major: bool, index):
+  if vocab_major:
+    return pl.BlockSpec((block_v, d), lambda *g: (index(*g)[1], 0))
+  return pl.BlockSpec((d, block_v), lambda *g: (0, index(*g)[1]))
+
+
+def _in_specs(block_n: int, block_v: int, d: int, rows_first: bool, vocab_major: bool):
+  """BlockSpecs of (h, w, t, lse, ent, g_logp, g_ent) for a grid (rows, cols) or (cols, rows)."""
+  if rows_first:
+    ij = lambda f: lambda i, j: f(i, j)  # noqa: E731
+  else:
+    ij = lambda f: lambda j, i: f(i, j)  # noqa: E731
+  vec = pl.BlockSpec((block_n, 1), ij(lambda i, j: (i, 0)))
+  return [pl.BlockSpec((block_n, d), ij(lambda i, j: (i, 0))),
+          _w_spec(block_v, d, vocab_major, ij(lambda i, j: (i, j)))] + [vec] * 5
+
+
+def _params(*semantics):
+  return pltpu.CompilerParams(dimension_semantics=semantics)
+
+
+@functools.partial(jax.jit, static_argnames=("transform", "block_n", "block_v", "vocab_major",
+                                             "interpret"))
+def forward(hidden, unembedding, targets, *, transform: common.Transform, block_n: int,
+            block_v: int, vocab_major: bool = False, interpret: bool = False):
+  """-> (logp [N], entropy [N], lse [N]) float32; N % block_n == 0; W [D, V] or [V, D]."""
+  n, d = hidden.shape
+  v = unembedding.shape[0 if vocab_major else 1]
+  n_cols = pl.cdiv(v, block_v)
+  stat = jax.ShapeDtypeStruct((n_cols, n, 1), jnp.float32)
+  stats = pl.pallas_call(
+      functools.partial(_fwd_kernel, transform=transform, n_vocab=v, vocab_major=vocab_major),
+      grid=(n // block_n, n_cols),
+      in_specs=_in_specs(block_n, block_v, d, True, vocab_major)[:3],
+      out_specs=[pl.BlockSpec((None, block_n, 1), lambda i, j: (j, i, 0))] * 4,
+      out_shape=[stat] * 4,
+      compiler_params=_params("parallel", "parallel"),
+      interpret=interpret,
+      name="logprob_fwd",
+  )(hidden, unembedding, targets.reshape(n, 1))
+  return tuple(a[:, 0] for a in common.combine(*stats, axis=0))
+
+
+@functools.partial(jax.jit, static_argnames=("transform", "block_n", "block_v", "entropy_grad",
+                                             "vocab_major", "interpret"))
+def backward(hidden, unembedding, targets, lse, entropy, g_logp, g_ent, *,
+             transform: common.Transform, block_n: int, block_v: int, entropy_grad: bool,
+             vocab_major: bool = False, interpret: bool = False):
+  """-> (d_hidden [N, D], d_unembedding like W) in the input dtypes; N % block_n == 0."""
+  n, d = hidden.shape
+  v = unembedding.shape[0 if vocab_major else 1]
+  n_rows, n_cols = n // block_n, pl.cdiv(v, block_v)
+  args = (hidden, unembedding, targets.reshape(n, 1)) + tuple(
+      a.reshape(n, 1) for a in (lse, entropy, g_logp, g_ent))
+  kw = dict(transform=transform, n_vocab=v, entropy_grad=entropy_grad, vocab_major=vocab_major)
+  dh = pl.pallas_call(
+      functools.partial(_dh_kernel, **kw),
+      grid=(n_rows, n_cols),
+      in_specs=_in_specs(block_n, block_v, d, True, vocab_major),
+      out_specs=pl.BlockSpec((block_n, d), lambda i, j: (i, 0)),
+      out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
+      compiler_params=_params("parallel", "arbitrary"),
+      interpret=interpret,
+      name="logprob_bwd_dh",
+  )(*args)
+  dw = pl.pallas_call(
+      functools.partial(_dw_kernel, **kw),
+      grid=(n_cols, n_rows),
+      in_specs=_in_specs(block_n, block_v, d, False, vocab_major),
+      out_specs=_w_spec(block_v, d, vocab_major, lambda j, i: (i, j)),
+      out_shape=jax.ShapeDtypeStruct(unembedding.shape, jnp.float32),
+      compiler_params=_params("parallel", "arbitrary"),
+      interpret=interpret,
+      name="logprob_bwd_dw",
+  )(*args)
+  return dh.astype(hidden.dtype), dw.astype(unembedding.dtype)
