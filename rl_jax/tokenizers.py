@@ -1,5 +1,8 @@
 """Tokenizers behind one small interface, and a cached run-time SentencePiece trainer.
 
+`SentencePieceTokenizer` wraps a `.model` file; `HFTokenizer` wraps a Hugging Face
+`tokenizer.json` (and renders its chat template); it needs the optional `tokenizers` package.
+
 `encode` never adds BOS/EOS; callers add `bos_id` / `eos_id` where the sequence format needs them.
 """
 
@@ -143,3 +146,150 @@ def _atomic_write(path: str, data: bytes) -> None:
   with open(tmp, "wb") as f:
     f.write(data)
   os.replace(tmp, path)
+
+
+def _token_text(value: Any) -> str | None:
+  """A special token as tokenizer_config.json writes it: a string or {"content": ...}."""
+  if isinstance(value, dict):
+    return value.get("content")
+  return value if isinstance(value, str) else None
+
+
+def _read_json(path: str) -> Dict[str, Any]:
+  if not os.path.isfile(path):
+    return {}
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+class HFTokenizer:
+  """A Hugging Face `tokenizer.json` (the `tokenizers` library), e.g. of a downloaded checkpoint.
+
+  Special tokens and the chat template come from `tokenizer_config.json` (and
+  `special_tokens_map.json`, `chat_template.jinja`) beside it when present. `encode` adds no
+  special tokens; `decode` drops them.
+
+  Attributes:
+    bos_id: BOS id; a tokenizer without one (Qwen) reports `has_bos = False` and bos_id = eos_id.
+    eos_id: EOS id (the token that ends a completion).
+    pad_id: PAD id; pad_token if set, else eos_id.
+    vocab_size: number of ids, added tokens included (a model's embedding may be larger).
+    chat_template: the Jinja chat template, or None.
+
+  Args:
+    path: a directory holding tokenizer.json, or the tokenizer.json file itself.
+
+  Raises:
+    FileNotFoundError: naming the path when there is no tokenizer.json.
+    ImportError: the `tokenizers` package (the `hf` extra) is not installed.
+    ValueError: tokenizer_config.json names a special token the vocabulary lacks, or there is
+      no EOS token.
+  """
+
+  def __init__(self, path: str | os.PathLike):
+    path = os.fspath(path)
+    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+      raise FileNotFoundError(f"no Hugging Face tokenizer.json at {path!r}")
+    try:
+      import tokenizers as hf_tokenizers  # pylint: disable=g-import-not-at-top
+    except ImportError as e:
+      raise ImportError("HFTokenizer needs the `tokenizers` package: pip install "
+                        "'rl_jax[hf]'") from e
+    self.path = file
+    self._tok = hf_tokenizers.Tokenizer.from_file(file)
+    directory = os.path.dirname(file)
+    config = {**_read_json(os.path.join(directory, "special_tokens_map.json")),
+              **_read_json(os.path.join(directory, "tokenizer_config.json"))}
+    model_config = _read_json(os.path.join(directory, "config.json"))
+    self.special_tokens: Dict[str, str] = {}
+    ids = {}
+    for kind in ("bos", "eos", "pad", "unk"):
+      text = _token_text(config.get(f"{kind}_token"))
+      if text is not None:
+        token_id = self._tok.token_to_id(text)
+        if token_id is None:
+          raise ValueError(f"tokenizer_config.json {kind}_token={text!r} is not in the "
+                           f"vocabulary of {file!r}")
+        self.special_tokens[f"{kind}_token"] = text
+        ids[kind] = token_id
+      elif isinstance(model_config.get(f"{kind}_token_id"), int):
+        ids[kind] = model_config[f"{kind}_token_id"]
+    if "eos" not in ids:
+      raise ValueError(f"no EOS token for {file!r}: set eos_token in tokenizer_config.json")
+    self.has_bos = "bos" in ids
+    self.eos_id = ids["eos"]
+    self.bos_id = ids.get("bos", self.eos_id)
+    self.pad_id = ids.get("pad", self.eos_id)
+    self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+    self.chat_template = self._read_chat_template(directory, config)
+
+  @staticmethod
+  def _read_chat_template(directory: str, config: Dict[str, Any]) -> str | None:
+    template = config.get("chat_template")
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+      named = {t.get("name"): t.get("template") for t in template}
+      template = named.get("default")
+    jinja_file = os.path.join(directory, "chat_template.jinja")
+    if template is None and os.path.isfile(jinja_file):
+      with open(jinja_file, encoding="utf-8") as f:
+        template = f.read()
+    return template
+
+  def encode(self, text: str) -> List[int]:
+    return self._tok.encode(text, add_special_tokens=False).ids
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+  def id_to_piece(self, i: int) -> str:
+    return self._tok.id_to_token(int(i))
+
+  def render_chat(self, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool = True,
+                  **kwargs: Any) -> str:
+    """The chat template applied to `messages` ([{"role": ..., "content": ...}, ...]).
+
+    Rendering follows transformers (sandboxed Jinja, trim_blocks, lstrip_blocks, `tojson`,
+    `raise_exception`, `strftime_now`; the special tokens as variables).
+
+    Raises:
+      ValueError: the tokenizer has no chat template.
+      ImportError: jinja2 is not installed.
+    """
+    if self.chat_template is None:
+      raise ValueError(f"tokenizer {self.path!r} has no chat_template (tokenizer_config.json or "
+                       "chat_template.jinja); it is not an instruct/chat tokenizer")
+    try:
+      import jinja2  # pylint: disable=g-import-not-at-top
+      import jinja2.ext  # pylint: disable=g-import-not-at-top
+      import jinja2.sandbox  # pylint: disable=g-import-not-at-top
+    except ImportError as e:
+      raise ImportError("HFTokenizer chat templates need jinja2: pip install jinja2") from e
+
+    def raise_exception(message):
+      raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+      return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                        sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+      import datetime  # pylint: disable=g-import-not-at-top
+      return datetime.datetime.now().strftime(fmt)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
+    variables = {**self.special_tokens, **kwargs}
+    return env.from_string(self.chat_template).render(
+        messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
+
+  def apply_chat_template(self, messages: Sequence[Dict[str, Any]],
+                          add_generation_prompt: bool = True, **kwargs: Any) -> List[int]:
+    """Token ids of `render_chat(messages, ...)`; special tokens in the text map to their ids.
+
+    The ids already hold any BOS the template writes: do not prepend `bos_id` again.
+    """
+    text = self.render_chat(messages, add_generation_prompt=add_generation_prompt, **kwargs)
+    return self._tok.encode(text, add_special_tokens=False).ids

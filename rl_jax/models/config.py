@@ -1,8 +1,10 @@
 """`ModelConfig`: one frozen description of a decoder-only transformer.
 
 One config covers the Llama / Qwen2 / Qwen3 / Gemma / SmolLM2 layouts through a few switches
-(q/k/v bias, q/k RMSNorm, GeGLU vs SwiGLU, scaled embeddings, the (1 + w) RMSNorm). Presets give
-named sizes; `get_preset('tiny', vocab_size=128)` overrides fields of a preset.
+(q/k/v bias, q/k RMSNorm, GeGLU vs SwiGLU, scaled embeddings, the (1 + w) RMSNorm) and RoPE
+scaling (linear, Llama 3). Presets give named sizes (the shapes of a few public checkpoints among
+them; weights come from `models.load_hf`); `get_preset('tiny', vocab_size=128)` overrides fields
+of a preset.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import jax.numpy as jnp
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+_ROPE_SCALINGS = ("none", "linear", "llama3")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +42,12 @@ class ModelConfig:
     dtype: compute dtype of matmuls ('float32' or 'bfloat16'); norms, softmax and log-probs are
       always float32.
     param_dtype: storage dtype of parameters.
+    rope_scaling: RoPE frequency scaling: 'none', 'linear' (all frequencies / rope_factor) or
+      'llama3' (Llama 3.1: low frequencies / rope_factor, high ones kept, a smooth ramp between).
+    rope_factor: the scaling factor of 'linear' and 'llama3'.
+    rope_low_freq_factor: 'llama3' only: wavelengths above original_max_len / this are scaled.
+    rope_high_freq_factor: 'llama3' only: wavelengths below original_max_len / this are kept.
+    rope_original_max_len: 'llama3' only: the pre-training context length.
   """
 
   vocab_size: int
@@ -59,6 +68,11 @@ class ModelConfig:
   norm_plus_one: bool = False
   dtype: str = "float32"
   param_dtype: str = "float32"
+  rope_scaling: str = "none"
+  rope_factor: float = 1.0
+  rope_low_freq_factor: float = 1.0
+  rope_high_freq_factor: float = 4.0
+  rope_original_max_len: int = 8192
 
   def __post_init__(self):
     for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
@@ -74,6 +88,16 @@ class ModelConfig:
     if self.mlp_activation not in ("silu", "gelu_tanh"):
       raise ValueError(f"ModelConfig.mlp_activation must be 'silu' or 'gelu_tanh', got "
                        f"{self.mlp_activation!r}")
+    if self.rope_scaling not in _ROPE_SCALINGS:
+      raise ValueError(f"ModelConfig.rope_scaling must be one of {list(_ROPE_SCALINGS)}, got "
+                       f"{self.rope_scaling!r}")
+    if self.rope_scaling != "none" and self.rope_factor <= 0:
+      raise ValueError(f"ModelConfig.rope_factor must be positive, got {self.rope_factor}")
+    if self.rope_scaling == "llama3" and not (
+        0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
+      raise ValueError("ModelConfig.rope_low_freq_factor must be positive and below "
+                       f"rope_high_freq_factor, got {self.rope_low_freq_factor} and "
+                       f"{self.rope_high_freq_factor}")
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:
         raise ValueError(f"ModelConfig.{name} must be one of {sorted(_DTYPES)}, got "
@@ -98,9 +122,31 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(d_model=128, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=384, max_seq_len=64),
     # ~3M parameters: the next size up for CPU experiments.
     "small": dict(d_model=256, n_layers=6, n_heads=8, n_kv_heads=4, d_ff=768, max_seq_len=256),
-    # SmolLM2-135M (Llama layout, tied embeddings).
+    # Shapes of public checkpoints (weights come from `load_hf`; these give the layouts only).
+    # SmolLM2 (Llama layout, tied embeddings).
     "smollm2-135m": dict(vocab_size=49152, d_model=576, n_layers=30, n_heads=9, n_kv_heads=3,
                          d_ff=1536, rope_theta=100000.0, norm_eps=1e-5, max_seq_len=2048),
+    "smollm2-360m": dict(vocab_size=49152, d_model=960, n_layers=32, n_heads=15, n_kv_heads=5,
+                         d_ff=2560, rope_theta=100000.0, norm_eps=1e-5, max_seq_len=2048),
+    # Llama 3.2 1B (tied embeddings, llama3 RoPE scaling).
+    "llama3-1b": dict(vocab_size=128256, d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8,
+                      head_dim=64, d_ff=8192, rope_theta=500000.0, norm_eps=1e-5,
+                      max_seq_len=131072, rope_scaling="llama3", rope_factor=32.0,
+                      rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
+                      rope_original_max_len=8192),
+    # Qwen2.5 0.5B (q/k/v bias, tied embeddings).
+    "qwen2.5-0.5b": dict(vocab_size=151936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2,
+                         d_ff=4864, rope_theta=1000000.0, norm_eps=1e-6, max_seq_len=32768,
+                         qkv_bias=True),
+    # Qwen3 0.6B (q/k RMSNorm, head_dim 128 != d_model / n_heads, tied embeddings).
+    "qwen3-0.6b": dict(vocab_size=151936, d_model=1024, n_layers=28, n_heads=16, n_kv_heads=8,
+                       head_dim=128, d_ff=3072, rope_theta=1000000.0, norm_eps=1e-6,
+                       max_seq_len=40960, qk_norm=True),
+    # Gemma 2B (GeGLU, sqrt(D)-scaled embeddings, (1 + w) RMSNorm, multi-query attention).
+    "gemma-2b": dict(vocab_size=256000, d_model=2048, n_layers=18, n_heads=8, n_kv_heads=1,
+                     head_dim=256, d_ff=16384, rope_theta=10000.0, norm_eps=1e-6,
+                     max_seq_len=8192, mlp_activation="gelu_tanh", scale_embeddings=True,
+                     norm_plus_one=True),
 }
 
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from rl_jax.models.cache import KVCache
 from rl_jax.models.config import ModelConfig
+from rl_jax.models.rope import apply_rope, rope_frequencies
 
 _NEG_INF = -1e30
 
@@ -34,18 +35,6 @@ class RMSNorm(nn.Module):
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
     return (y * (1.0 + w if self.plus_one else w)).astype(x.dtype)
-
-
-def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-  """Rotary embedding, rotate-half convention (HF Llama). x: [B, L, H, hd]; positions: [B, L]."""
-  hd = x.shape[-1]
-  freqs = 1.0 / (theta ** (jnp.arange(0, hd, 2, dtype=jnp.float32) / hd))
-  angles = positions.astype(jnp.float32)[..., None] * freqs  # [B, L, hd/2]
-  cos = jnp.cos(angles)[:, :, None, :]
-  sin = jnp.sin(angles)[:, :, None, :]
-  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
-  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-  return out.astype(x.dtype)
 
 
 def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> nn.Dense:
@@ -73,8 +62,9 @@ class Attention(nn.Module):
     if cfg.qk_norm:
       q = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="q_norm")(q)
       k = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="k_norm")(k)
-    q = rope(q, positions, cfg.rope_theta)
-    k = rope(k, positions, cfg.rope_theta)
+    inv_freq = rope_frequencies(cfg)
+    q = apply_rope(q, positions, inv_freq)
+    k = apply_rope(k, positions, inv_freq)
     if kv is not None:
       k_all = jax.lax.dynamic_update_slice(kv[0], k.astype(kv[0].dtype), (0, write_index, 0, 0))
       v_all = jax.lax.dynamic_update_slice(kv[1], v.astype(kv[1].dtype), (0, write_index, 0, 0))
