@@ -13,7 +13,7 @@ from typing import Any, List, Mapping
 
 import numpy as np
 
-from rl_jax.data.tasks import TaskExample, _check_positive, extract_answer
+from rl_jax.data.tasks import SplitTask, TaskExample, _check_positive, extract_answer
 
 
 def _number(text: str):
@@ -23,7 +23,7 @@ def _number(text: str):
     return None
 
 
-class JsonlTask:
+class JsonlTask(SplitTask):
   """Train / held-out split of a JSONL file, with an exact-match scorer.
 
   Args:
@@ -67,14 +67,6 @@ class JsonlTask:
     self.name = name
     self._heldout = [examples[i] for i in order[:eval_size]]
     self._train = [examples[i] for i in order[eval_size:eval_size + train_size]]
-
-  @property
-  def train(self) -> List[TaskExample]:
-    return self._train
-
-  @property
-  def heldout(self) -> List[TaskExample]:
-    return self._heldout
 
   def score(self, completion: str, example: TaskExample) -> float:
     """1.0 iff the extracted answer equals the reference (as text or as a number); never raises."""

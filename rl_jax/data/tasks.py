@@ -65,7 +65,22 @@ def _check_positive(name: str, value: Any) -> int:
   return int(value)
 
 
-class ReasoningGymTask:
+class SplitTask:
+  """A task's fixed train and held-out example lists (set `_train` / `_heldout`)."""
+
+  _train: List[TaskExample]
+  _heldout: List[TaskExample]
+
+  @property
+  def train(self) -> List[TaskExample]:
+    return self._train
+
+  @property
+  def heldout(self) -> List[TaskExample]:
+    return self._heldout
+
+
+class ReasoningGymTask(SplitTask):
   """A reasoning-gym dataset as a train set, a held-out set and a binary scorer.
 
   The held-out set is `eval_size` *distinct* prompts drawn from one seed; the train set is
@@ -123,14 +138,6 @@ class ReasoningGymTask:
       return reasoning_gym.create_dataset(self.name, seed=seed, size=size, **self.options)
     except (TypeError, AssertionError, ValueError) as e:
       raise ValueError(f"bad options {self.options} for task {self.name!r}: {e}") from e
-
-  @property
-  def train(self) -> List[TaskExample]:
-    return self._train
-
-  @property
-  def heldout(self) -> List[TaskExample]:
-    return self._heldout
 
   def score(self, completion: str, example: TaskExample) -> float:
     """1.0 iff the task's `score_answer` gives full credit to the extracted answer, else 0.0.
