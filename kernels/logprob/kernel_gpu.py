@@ -98,15 +98,19 @@ def _specs(block_n: int, block_v: int, d_pad: int, vocab_major: bool):
   return row, cols, vec
 
 
+def _geometry(hidden, unembedding, block_v: int, block_d: int, vocab_major: bool):
+  """(N, D, V, vocab blocks, D padded to block_d) of one call."""
+  n, d = hidden.shape
+  v = unembedding.shape[0 if vocab_major else 1]
+  return n, d, v, pl.cdiv(v, block_v), pl.cdiv(d, block_d) * block_d
+
+
 @functools.partial(jax.jit, static_argnames=("transform", "block_n", "block_v", "block_d",
                                              "vocab_major", "interpret"))
 def forward(hidden, unembedding, targets, *, transform: common.Transform, block_n: int,
             block_v: int, block_d: int, vocab_major: bool = False, interpret: bool = False):
   """-> (logp [N], entropy [N], lse [N]) float32; N % block_n == 0; W [D, V] or [V, D]."""
-  n, d = hidden.shape
-  v = unembedding.shape[0 if vocab_major else 1]
-  n_cols = pl.cdiv(v, block_v)
-  d_pad = pl.cdiv(d, block_d) * block_d
+  n, d, v, n_cols, d_pad = _geometry(hidden, unembedding, block_v, block_d, vocab_major)
   row, cols, vec = _specs(block_n, block_v, d_pad, vocab_major)
   stat = jax.ShapeDtypeStruct((n_cols, n), jnp.float32)
   stats = pl.pallas_call(
@@ -129,10 +133,7 @@ def backward(hidden, unembedding, targets, lse, entropy, g_logp, g_ent, *,
              transform: common.Transform, block_n: int, block_v: int, block_d: int,
              entropy_grad: bool, vocab_major: bool = False, interpret: bool = False):
   """-> (d_hidden [N, D], d_unembedding like W) in the input dtypes; N % block_n == 0."""
-  n, d = hidden.shape
-  v = unembedding.shape[0 if vocab_major else 1]
-  n_cols = pl.cdiv(v, block_v)
-  d_pad = pl.cdiv(d, block_d) * block_d
+  n, d, v, n_cols, d_pad = _geometry(hidden, unembedding, block_v, block_d, vocab_major)
   row, cols, vec = _specs(block_n, block_v, d_pad, vocab_major)
   dh_shape = jax.ShapeDtypeStruct((n, d_pad), jnp.float32)
   w_pad = (n_cols * block_v, d_pad) if vocab_major else (d_pad, n_cols * block_v)
