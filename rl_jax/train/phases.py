@@ -91,14 +91,15 @@ def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step
 
 
 def _restore_or_init(exp: Experiment, ckpt: Checkpointer, params, tx):
+  """-> (state, first step, train seconds so far, state shardings)."""
   state, abstract, shardings = _state(exp, params, tx)
   latest = ckpt.latest_step()
   if latest is None:
-    return state, 0, 0.0
+    return state, 0, 0.0, shardings
   target = jax.tree_util.tree_map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
   state, meta = ckpt.restore(latest, target)
-  return state, latest, float(meta.get("train_seconds", 0.0))
+  return state, latest, float(meta.get("train_seconds", 0.0)), shardings
 
 
 def checkpoint_dir(workdir: str, phase: str) -> str:
@@ -118,12 +119,11 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
   cfg = exp.config.sft
   tx = make_optimizer(cfg.optim, num_steps)
   ckpt = _ckpt(exp, phase)
-  state, start, seconds = _restore_or_init(exp, ckpt, params, tx)
+  state, start, seconds, state_sh = _restore_or_init(exp, ckpt, params, tx)
   n = len(exp.train_prompts)
   tag = PHASE_TAGS[phase]
   example = SFTBatch(exp.train_prompts[:cfg.batch_size], exp.train_prompt_mask[:cfg.batch_size],
                      exp.demo_tokens[:cfg.batch_size], exp.demo_mask[:cfg.batch_size])
-  state_sh = parallel.tree_shardings(state, exp.mesh)
   step_jit = jax.jit(functools.partial(steps_lib.sft_step, model_cfg=exp.model_cfg),
                      in_shardings=(state_sh, _batch_shardings(exp, example)),
                      out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=0)
@@ -159,9 +159,8 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   # Every iteration on a rollout is an optimizer update: the schedule counts all of them.
   tx = make_optimizer(cfg.optim, cfg.steps * cfg.num_iterations)
   ckpt = _ckpt(exp, "rl")
-  state, start, seconds = _restore_or_init(exp, ckpt, sft_params, tx)
+  state, start, seconds, state_sh = _restore_or_init(exp, ckpt, sft_params, tx)
   hyper = rl_hyper(exp)
-  state_sh = parallel.tree_shardings(state, exp.mesh)
   params_sh = parallel.tree_shardings(sft_params, exp.mesh)
   r = cfg.prompts_per_step * cfg.group_size
   p, t = exp.train_prompts.shape[1], exp.max_new_tokens
