@@ -5,8 +5,32 @@ R rollout rows (= B prompts x G samples), P prompt length, T completion length.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import flax.struct
 import jax
+
+
+@flax.struct.dataclass
+class Tree:
+  """The branching structure of tree rollouts (ALGORITHMS.md §3.0), per prompt.
+
+  N is a static node capacity per prompt. Node 0 of every prompt is the root (the prompt itself,
+  no completion tokens); every other used node is a segment of completion tokens shared by the
+  leaves below it. Unused nodes have no leaf through them (`leaf_node[:, n]` all False).
+
+  Attributes:
+    parent: [B, N] int32 parent node id (the root's parent is itself, 0).
+    depth: [B, N] int32 depth (root 0, its children 1, ...).
+    leaf_node: [R, N] bool incidence: leaf row r's path passes through node n (root included).
+      Row r belongs to prompt `r // G` (rows of one prompt are contiguous).
+    node_of: [R, T] int32 node id of each completion token of row r (0 off the mask).
+  """
+
+  parent: jax.Array
+  depth: jax.Array
+  leaf_node: jax.Array
+  node_of: jax.Array
 
 
 @flax.struct.dataclass
@@ -21,6 +45,7 @@ class Rollout:
     logp: [R, T] float32 behaviour-policy log-probs of the sampled tokens.
     group: [R] int32 prompt index of each row (the segment id).
     valid: [R] bool, row exists (False for padding rows).
+    tree: the branching structure for tree rollouts whose estimator needs it (else None).
   """
 
   prompt_tokens: jax.Array
@@ -30,6 +55,7 @@ class Rollout:
   logp: jax.Array
   group: jax.Array
   valid: jax.Array
+  tree: Optional[Tree] = None
 
 
 @flax.struct.dataclass
