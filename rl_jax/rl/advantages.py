@@ -349,3 +349,8 @@ def reinforce_pp_baseline(rewards: Array, valid: Array, *,
   _, mu, _ = _group_stats(r, v)
   s = token_advantages(r - mu, m)
   return lax.stop_gradient(masked_whiten(s, m) * m), v
+
+
+# Tree estimators (§3.2-§3.4) register themselves in `ADVANTAGES` on import.
+# pylint: disable-next=g-import-not-at-top,wrong-import-position,unused-import
+from rl_jax.rl import tree_advantages  # noqa: E402,F401

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_jax.rl import advantages as advantages_lib
-from rl_jax.types import Rollout
+from rl_jax.types import Rollout, Tree
 
 # Estimators that take the K reward components [B, G, K] (and `weights`) instead of one scalar.
 MULTI_REWARD = ("gdpo", "gdpo_verl")
@@ -41,7 +41,9 @@ def advantages(rewards: jax.Array, rollout: Rollout, hyper,
 
   Scalar estimators see `r = Σ_k w_k r_k` as [B, G]; `MULTI_REWARD` estimators see the
   components [B, G, K] with `weights=w` (unless `advantage_options` sets them). Estimators that
-  take `mask` (token-level ones), `lengths` (OPO) or `token_kl` get them from the rollout.
+  take `mask` (token-level ones), `lengths` (OPO) or `token_kl` get them from the rollout; tree
+  estimators (a `tree` argument) get `rollout.tree` with its row fields reshaped per prompt
+  (`leaf_node` [B, G, N], `node_of` [B, G, T]) and raise a ValueError for a rollout without one.
 
   KL in the reward (`hyper.kl_in_reward`, coefficient β = `hyper.kl_coef`, k1_t = logp_old_t −
   logp_ref_t given as `token_kl`): an estimator with a `token_kl` argument (REINFORCE++) uses the
@@ -79,11 +81,31 @@ def advantages(rewards: jax.Array, rollout: Rollout, hyper,
     opts["mask"] = rollout.mask.reshape(-1, g, t)
   if "lengths" in accepts:
     opts["lengths"] = jnp.sum(rollout.mask, -1).reshape(-1, g)
+  if "tree" in accepts:
+    opts["tree"] = _tree_per_prompt(rollout, hyper.advantage, g)
   if token_kl is not None and "token_kl" in accepts:
     opts.update(token_kl=token_kl.reshape(-1, g, t), kl_coef=hyper.kl_coef)
   adv, weight = fn(r, rollout.valid.reshape(-1, g), **opts)
   adv = adv.reshape((n_rows,) + adv.shape[2:])
   return adv, weight.reshape(-1), scalar
+
+
+def _tree_per_prompt(rollout: Rollout, name: str, g: int) -> Tree:
+  """`rollout.tree` with `leaf_node` [R, N] -> [B, G, N] and `node_of` [R, T] -> [B, G, T]."""
+  tree = rollout.tree
+  if tree is None:
+    raise ValueError(f"estimator {name!r} needs a tree rollout (config.rl.rollout='eptree'); "
+                     "got rollout without a tree")
+  n_rows, t = rollout.mask.shape
+  n = tree.parent.shape[-1]
+  if (tree.parent.shape != (n_rows // g, n) or tree.depth.shape != tree.parent.shape
+      or tree.leaf_node.shape != (n_rows, n) or tree.node_of.shape != (n_rows, t)):
+    raise ValueError(f"rollout.tree shapes parent {tree.parent.shape}, depth "
+                     f"{tree.depth.shape}, leaf_node "
+                     f"{tree.leaf_node.shape}, node_of {tree.node_of.shape} do not match "
+                     f"{n_rows // g} prompts x {g} rows x {t} tokens")
+  return Tree(parent=tree.parent, depth=tree.depth, leaf_node=tree.leaf_node.reshape(-1, g, n),
+              node_of=tree.node_of.reshape(-1, g, t))
 
 
 def tis_weights(trainer_logp: jax.Array, sampler_logp: jax.Array, mask: jax.Array,
