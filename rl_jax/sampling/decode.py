@@ -42,6 +42,57 @@ def _token_stats(strategy: Sampling, logits: jax.Array, tokens: jax.Array):
   return logp, entropy
 
 
+def decode_loop(cfg: models.ModelConfig, params, cache: models.KVCache, logits: jax.Array,
+                rng: jax.Array, *, strategy: Sampling, max_new_tokens: int, eos_id: int,
+                pad_id: int = 0) -> tuple[Samples, models.KVCache]:
+  """Samples `max_new_tokens` tokens from next-token `logits` [B, V] and the cache behind them.
+
+  The first token comes from `logits`; each later one from a `decode_step` inside a `lax.scan`.
+  Token t is drawn with fold_in(rng, t). Returns the samples and the cache after the last fed
+  token (the last sampled token is not fed).
+  """
+  b = logits.shape[0]
+
+  def pick(logits, done, t):
+    tok = strategy.sample(logits, jax.random.fold_in(rng, t))
+    logp, ent = _token_stats(strategy, logits, tok)
+    live = ~done
+    tok = jnp.where(live, tok, pad_id)
+    return tok, live, jnp.where(live, logp, 0.0), jnp.where(live, ent, 0.0), done | (tok == eos_id)
+
+  first = pick(logits, jnp.zeros((b,), bool), 0)
+
+  def step(carry, t):
+    cache, tok, done = carry
+    logits, cache = models.decode_step(cfg, params, cache, tok)
+    out = pick(logits, done, t)
+    return (cache, out[0], out[4]), out[:4]
+
+  (cache, _, _), rest = jax.lax.scan(step, (cache, first[0], first[4]),
+                                     jnp.arange(1, max_new_tokens))
+  stacked = [jnp.concatenate([f[:, None], r.T], axis=1) for f, r in zip(first[:4], rest)]
+  samples = Samples(tokens=stacked[0], mask=stacked[1], logp=stacked[2], entropy=stacked[3])
+  return samples, cache
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "strategy", "max_new_tokens", "eos_id",
+                                             "pad_id", "cache_size"))
+def generate_with_cache(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
+                        cfg: models.ModelConfig, strategy: Sampling, max_new_tokens: int,
+                        eos_id: int, pad_id: int = 0,
+                        cache_size: int = 0) -> tuple[Samples, models.KVCache]:
+  """`generate`, also returning the KV cache (`cache_size` slots; default P + T).
+
+  Completion token j of row r sits in slot P + j (j < T − 1; the last token is not fed), so a
+  tree sampler can fork a row at any position without recomputing its prefix.
+  """
+  b, p = prompt.shape
+  cache = models.init_cache(cfg, b, cache_size or p + max_new_tokens)
+  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
+  return decode_loop(cfg, params, cache, logits, rng, strategy=strategy,
+                     max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id)
+
+
 @functools.partial(jax.jit, static_argnames=("cfg", "strategy", "max_new_tokens", "eos_id",
                                              "pad_id"))
 def generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
@@ -60,25 +111,5 @@ def generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, 
     eos_id: token that ends a row.
     pad_id: token written after EOS.
   """
-  b, p = prompt.shape
-  cache = models.init_cache(cfg, b, p + max_new_tokens)
-  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
-
-  def pick(logits, done, t):
-    tok = strategy.sample(logits, jax.random.fold_in(rng, t))
-    logp, ent = _token_stats(strategy, logits, tok)
-    live = ~done
-    tok = jnp.where(live, tok, pad_id)
-    return tok, live, jnp.where(live, logp, 0.0), jnp.where(live, ent, 0.0), done | (tok == eos_id)
-
-  first = pick(logits, jnp.zeros((b,), bool), 0)
-
-  def step(carry, t):
-    cache, tok, done = carry
-    logits, cache = models.decode_step(cfg, params, cache, tok)
-    out = pick(logits, done, t)
-    return (cache, out[0], out[4]), out[:4]
-
-  _, rest = jax.lax.scan(step, (cache, first[0], first[4]), jnp.arange(1, max_new_tokens))
-  stacked = [jnp.concatenate([f[:, None], r.T], axis=1) for f, r in zip(first[:4], rest)]
-  return Samples(tokens=stacked[0], mask=stacked[1], logp=stacked[2], entropy=stacked[3])
+  return generate_with_cache(params, prompt, prompt_mask, rng, cfg=cfg, strategy=strategy,
+                             max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id)[0]

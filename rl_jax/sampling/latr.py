@@ -1,0 +1,258 @@
+"""LATR: lookahead tree-based rollouts (ALGORITHMS.md §3.1), one jitted `lax.scan`.
+
+Every prompt (root) owns K slots. Slot 0 starts live; the others are free. At each decoding step,
+while the tree phase lasts, every live row continues with its top-1 token under the *raw* softmax
+and its rank-2 token becomes a branch candidate when `p2 > tau_abs` and `p1 - p2 < tau_rel`.
+Accepted candidates (in row order, while the root has free slots) fork: the child slot receives a
+copy of the parent's token buffer and KV-cache row (a row gather inside the scan, so the shared
+prefix is never recomputed) and takes the candidate token. A child born `r` steps ago, for each
+lookahead window r, is compared with its parent over those r tokens and pruned (its slot freed)
+when the continuations stay alike (normalised edit distance, suffix match or ROUGE-L;
+`tree_metrics.prune_mask`). The tree phase ends when the roots are full enough
+(`sum eff_size >= round(K·B·θ_s)`, θ_s = thres_init − thres_decay·s/T, a root whose live rows all
+finished counting as full) and no branch is younger than the largest window, or at
+`force_return_step`; from then on every unfinished row samples with the rollout strategy. Free
+slots left at the end are filled with a copy of the root's first row (`fill_return_sequences`).
+
+The reported log-probs are those of the chosen tokens under the rollout strategy's
+temperature-scaled distribution, so they equal the trainer's recomputation (a test).
+`decode_tokens` counts the tokens the live rows decoded: the compute a variable-size engine
+would spend; shared prefixes count once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Optional
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from rl_jax import models
+from rl_jax.sampling import tree_metrics
+from rl_jax.sampling.strategies import Sampling
+
+
+@dataclasses.dataclass(frozen=True)
+class LatrOptions:
+  """LATR hyper-parameters (static; defaults: the reference's math scripts).
+
+  Attributes:
+    tau_abs: a rank-2 token branches only if its raw probability exceeds this.
+    tau_rel: ... and its gap to the top-1 probability is below this.
+    windows: lookahead windows r (steps after a fork at which the child is compared).
+    ed_threshold: prune when normalised edit distance < this (None = off; countdown uses 0.4).
+    sm_threshold: prune when the suffix-match score > this (None = off).
+    rl_threshold: prune when ROUGE-L F1 > this (None = off).
+    thres_init, thres_decay: the exit threshold θ_s = thres_init − thres_decay·s/T.
+    force_return_step: the tree phase ends at this step at the latest (0 = T).
+    fill: fill free slots at the end with a copy of the root's first row.
+  """
+
+  tau_abs: float = 0.15
+  tau_rel: float = 0.25
+  windows: tuple[int, ...] = (20, 30, 50)
+  ed_threshold: Optional[float] = None
+  sm_threshold: Optional[float] = 0.2
+  rl_threshold: Optional[float] = 0.5
+  thres_init: float = 0.98
+  thres_decay: float = 0.05
+  force_return_step: int = 0
+  fill: bool = True
+
+  def __post_init__(self):
+    if not self.windows or min(self.windows) < 1:
+      raise ValueError(f"LatrOptions.windows must be positive window lengths, got {self.windows}")
+    if not 0.0 <= self.tau_abs <= 1.0 or not 0.0 <= self.tau_rel <= 1.0:
+      raise ValueError(f"LatrOptions.tau_abs and tau_rel must lie in [0, 1], got "
+                       f"{self.tau_abs}, {self.tau_rel}")
+    if self.force_return_step < 0:
+      raise ValueError(f"LatrOptions.force_return_step must be >= 0, got {self.force_return_step}")
+
+
+@flax.struct.dataclass
+class TreeSamples:
+  """LATR output; rows are [B·K], root b owning rows b·K ... b·K + K − 1.
+
+  Attributes:
+    tokens, mask, logp, entropy: as `decode.Samples`.
+    parent: [B·K] int32 row the slot's final branch forked from (itself for a root row).
+    birth: [B·K] int32 step at which that branch was born (0 for the root row).
+    filled: [B·K] bool, the slot holds a copy of the root's first row (no branch survived there).
+    decode_tokens: [] int32 tokens decoded by live rows (pruned branches included).
+    num_forks: [] int32 branches created; num_pruned: [] int32 branches pruned.
+    tree_steps: [] int32 steps spent in the tree phase.
+  """
+
+  tokens: jax.Array
+  mask: jax.Array
+  logp: jax.Array
+  entropy: jax.Array
+  parent: jax.Array
+  birth: jax.Array
+  filled: jax.Array
+  decode_tokens: jax.Array
+  num_forks: jax.Array
+  num_pruned: jax.Array
+  tree_steps: jax.Array
+
+
+def fork_slots(cand: jax.Array, active: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Assigns branch candidates to free slots, per root.
+
+  Args:
+    cand: [B, K] bool, row k of root b proposes a branch.
+    active: [B, K] bool, slot holds a live branch.
+
+  Returns:
+    src [B, K] int32: the slot each slot copies from (itself unless it receives a child), and
+    new [B, K] bool: the slot receives a child. The j-th candidate (in row order) goes to the
+    j-th free slot (in slot order); candidates beyond the free slots are dropped.
+  """
+  b, k = cand.shape
+  free = ~active
+  rank = jnp.cumsum(cand, axis=1) - 1
+  free_order = jnp.argsort(~free, axis=1, stable=True)  # free slots first, in slot order
+  accepted = cand & (rank < free.sum(axis=1, keepdims=True))
+  target = jnp.where(accepted, jnp.take_along_axis(free_order, jnp.clip(rank, 0, k - 1), axis=1), k)
+  rows = jnp.broadcast_to(jnp.arange(k), (b, k))
+  src = jax.vmap(lambda s, t, r: s.at[t].set(r, mode="drop"))(rows, target, rows)
+  new = jax.vmap(lambda t: jnp.zeros((k,), bool).at[t].set(True, mode="drop"))(target)
+  return src.astype(jnp.int32), new
+
+
+def _stats(strategy: Sampling, logits: jax.Array, tokens: jax.Array):
+  logprobs = jax.nn.log_softmax(strategy.scaled(logits), axis=-1)
+  logp = jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]
+  return logp, -jnp.sum(jnp.exp(logprobs) * logprobs, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "strategy", "options", "num_slots",
+                                             "max_new_tokens", "eos_id", "pad_id"))
+def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
+                  cfg: models.ModelConfig, strategy: Sampling, options: LatrOptions,
+                  num_slots: int, max_new_tokens: int, eos_id: int, pad_id: int = 0,
+                  exempt_tokens: Optional[jax.Array] = None) -> TreeSamples:
+  """LATR rollouts: `num_slots` tree leaves for each of the B left-padded prompts.
+
+  Args:
+    params: policy parameters.
+    prompt: [B, P] int32 left-padded prompts (one per root; not repeated).
+    prompt_mask: [B, P] bool.
+    rng: PRNG key for the sampling phase after the tree phase (step t uses fold_in(rng, t)).
+    cfg: model config (static).
+    strategy: the rollout `Sampling`: its temperature scales the reported log-probs and drives
+      the sampling phase; branching uses the raw softmax.
+    options: `LatrOptions` (static).
+    num_slots: K = n_kt, tree leaves per prompt (static).
+    max_new_tokens: T (static).
+    eos_id, pad_id: end-of-sequence and padding tokens.
+    exempt_tokens: optional bool [V]: a branch whose divergent token is marked is never pruned
+      (the reference's `keep_math_symbols` intent).
+
+  Returns:
+    `TreeSamples` with [B·K] rows.
+  """
+  b, p = prompt.shape
+  k, t_max, o = num_slots, max_new_tokens, options
+  n = b * k
+  force = o.force_return_step or t_max
+  max_window = max(o.windows)
+  cache = models.init_cache(cfg, b, p + t_max)
+  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
+  root_rows = jnp.repeat(jnp.arange(b), k)
+  cache = cache.take_rows(root_rows)  # the prompt is prefilled once per root, then shared
+  logits = logits[root_rows]
+  slot = jnp.tile(jnp.arange(k), b)
+  exempt = (jnp.zeros((cfg.vocab_size,), bool) if exempt_tokens is None
+            else jnp.asarray(exempt_tokens, bool))
+  z = jnp.zeros((n, t_max))
+  init = dict(cache=cache, logits=logits, tokens=z.astype(jnp.int32), mask=z.astype(bool),
+              logp=z, entropy=z, active=slot == 0, done=jnp.zeros((n,), bool),
+              parent=jnp.arange(n, dtype=jnp.int32), birth=jnp.zeros((n,), jnp.int32),
+              div_tok=jnp.zeros((n,), jnp.int32), in_tree=jnp.array(True),
+              decode_tokens=jnp.zeros((), jnp.int32), num_forks=jnp.zeros((), jnp.int32),
+              num_pruned=jnp.zeros((), jnp.int32), tree_steps=jnp.zeros((), jnp.int32))
+
+  def step(c, t):
+    in_tree = c["in_tree"] & (t < force)
+    probs = jax.nn.softmax(c["logits"], axis=-1)
+    top_p, top_i = jax.lax.top_k(probs, 2)
+    sampled = strategy.sample(c["logits"], jax.random.fold_in(rng, t))
+    base = jnp.where(in_tree, top_i[:, 0], sampled).astype(jnp.int32)
+    live = c["active"] & ~c["done"]
+    cand = in_tree & live & tree_metrics.branch_candidates(top_p, o.tau_abs, o.tau_rel)[:, 1]
+    src_local, new = fork_slots(cand.reshape(b, k), c["active"].reshape(b, k))
+    src = (src_local + (jnp.arange(b) * k)[:, None]).reshape(n)
+    new = new.reshape(n)
+    take = lambda x: x[src]
+    cache = c["cache"].take_rows(src)
+    logits = take(c["logits"])
+    tok = jnp.where(new, top_i[src, 1], base[src]).astype(jnp.int32)
+    active = c["active"] | new
+    done = jnp.where(new, False, c["done"])
+    live = active & ~done
+    parent = jnp.where(new, src, c["parent"]).astype(jnp.int32)
+    birth = jnp.where(new, t, c["birth"]).astype(jnp.int32)
+    div_tok = jnp.where(new, tok, c["div_tok"])
+    tokens, mask = take(c["tokens"]), take(c["mask"])
+    logp_buf, ent_buf = take(c["logp"]), take(c["entropy"])
+    logp, ent = _stats(strategy, logits, tok)
+    tok = jnp.where(live, tok, pad_id)
+    tokens = tokens.at[:, t].set(tok)
+    mask = mask.at[:, t].set(live)
+    logp_buf = logp_buf.at[:, t].set(jnp.where(live, logp, 0.0))
+    ent_buf = ent_buf.at[:, t].set(jnp.where(live, ent, 0.0))
+    done = done | (live & (tok == eos_id))
+
+    # Lookahead pruning: children born r − 1 steps ago now have r tokens since the fork.
+    prune = jnp.zeros((n,), bool)
+    for r in o.windows:
+      start = t - r + 1
+      born = active & (birth == start) & (parent != jnp.arange(n)) & (start >= 0)
+      # The parent slot may have been pruned and re-used by a younger branch: then skip.
+      same_parent = born & (birth[parent] <= start) & active[parent]
+      s0 = jnp.maximum(start, 0)
+      child_w = jax.lax.dynamic_slice_in_dim(tokens, s0, r, axis=1)
+      parent_w = child_w[parent]
+      child_m = jax.lax.dynamic_slice_in_dim(mask, s0, r, axis=1)
+      parent_m = child_m[parent]
+      no_eos = (child_m.all(1) & parent_m.all(1) & ~(child_w == eos_id).any(1)
+                & ~(parent_w == eos_id).any(1))
+      alike = tree_metrics.prune_mask(child_w, parent_w, ed_threshold=o.ed_threshold,
+                                      sm_threshold=o.sm_threshold, rl_threshold=o.rl_threshold)
+      prune |= same_parent & no_eos & alike & ~exempt[div_tok] & (start + r - 1 <= t)
+    prune &= in_tree
+    active = active & ~prune
+
+    # Exit rule (§3.1 step 5).
+    eff = active.reshape(b, k).sum(axis=1)
+    all_done = ~(active & ~done).reshape(b, k).any(axis=1)
+    eff = jnp.where(all_done, k, eff)
+    theta = o.thres_init - o.thres_decay * t / t_max
+    full = eff.sum() >= jnp.round(k * b * theta)
+    young = (active & (parent != jnp.arange(n)) & (t - birth < max_window)).any()
+    next_in_tree = in_tree & ~(full & ~young) & (t + 1 < force)
+
+    logits_next, cache = models.decode_step(cfg, params, cache, tok)
+    return dict(cache=cache, logits=logits_next, tokens=tokens, mask=mask, logp=logp_buf,
+                entropy=ent_buf, active=active, done=done, parent=parent, birth=birth,
+                div_tok=div_tok, in_tree=next_in_tree,
+                decode_tokens=c["decode_tokens"] + live.sum(dtype=jnp.int32),
+                num_forks=c["num_forks"] + new.sum(dtype=jnp.int32),
+                num_pruned=c["num_pruned"] + prune.sum(dtype=jnp.int32),
+                tree_steps=c["tree_steps"] + in_tree.astype(jnp.int32)), None
+
+  c, _ = jax.lax.scan(step, init, jnp.arange(t_max))
+  filled = ~c["active"] if o.fill else jnp.zeros((n,), bool)
+  first = jnp.repeat(jnp.arange(b) * k, k)
+  pick = jnp.where(filled, first, jnp.arange(n))
+  keep = lambda x: x[pick] if o.fill else x
+  mask = keep(c["mask"]) & (c["active"] | filled)[:, None]
+  return TreeSamples(
+      tokens=jnp.where(mask, keep(c["tokens"]), pad_id), mask=mask,
+      logp=jnp.where(mask, keep(c["logp"]), 0.0), entropy=jnp.where(mask, keep(c["entropy"]), 0.0),
+      parent=c["parent"], birth=c["birth"], filled=filled, decode_tokens=c["decode_tokens"],
+      num_forks=c["num_forks"], num_pruned=c["num_pruned"], tree_steps=c["tree_steps"])
