@@ -10,10 +10,16 @@ from rl_jax import models
 
 
 def model(preset: str) -> ml_collections.ConfigDict:
-  """Every ModelConfig field of `preset`; vocab_size 0 means 'the tokenizer's size'."""
+  """Every ModelConfig field of `preset`; vocab_size 0 means 'the tokenizer's size'.
+
+  `path`: a Hugging Face checkpoint directory (config.json + *.safetensors, `models.load_hf`).
+  When set, the architecture and the initial weights come from it and only `dtype` and
+  `param_dtype` of these fields apply; '' (default) builds `preset` with random weights.
+  """
   fields = {f.name: f.default for f in dataclasses.fields(models.ModelConfig)
             if f.default is not dataclasses.MISSING}
   fields.update(vocab_size=0, **models.PRESETS[preset])
+  fields.update(path="")
   return ml_collections.ConfigDict(fields)
 
 
@@ -35,9 +41,18 @@ def base() -> ml_collections.ConfigDict:
       name="chain_sum",
       options=ml_collections.ConfigDict(dict(min_terms=2, max_terms=2, min_digits=1,
                                              max_digits=2, allow_negation=False)),
-      train_size=20000, eval_size=500, demo_noise=0.0))
-  # Pieces may span spaces, so the task's fixed instruction becomes one token (short prompts).
+      train_size=20000, eval_size=500, demo_noise=0.0,
+      # Each prompt as the user turn of the tokenizer's chat template (instruct checkpoints).
+      chat_template=False,
+      # How the scorer finds the answer in a completion: 'first_line' or 'last_number'
+      # (rl_jax.data.tasks.ANSWER_EXTRACTIONS; chain-of-thought answers of numeric tasks).
+      answer_extraction="first_line"))
+  # kind 'sentencepiece': a BPE model trained at run time on the task's text (vocab_size and
+  # options apply); pieces may span spaces, so the task's fixed instruction becomes one token.
+  # kind 'hf': the tokenizer.json (and chat template) of the checkpoint in model.path; eos_token
+  # ('' = its tokenizer_config's) is the token that ends completions, which the sampler stops on.
   c.tokenizer = ml_collections.ConfigDict(dict(
+      kind="sentencepiece", eos_token="",
       vocab_size=96, options=ml_collections.ConfigDict(dict(
           split_by_whitespace=False, max_sentencepiece_length=64))))
   c.model = model("tiny")
@@ -62,7 +77,21 @@ def base() -> ml_collections.ConfigDict:
       # DAPO: dynamic sampling (drop all-equal groups, up to max_gen_rounds generation rounds)
       # and soft overlong punishment over the last overlong_buffer tokens (0 = off).
       dynamic_sampling=False, max_gen_rounds=4, overlong_buffer=0,
-      overlong_penalty_factor=1.0))
+      overlong_penalty_factor=1.0,
+      # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' (ALGORITHMS.md §3).
+      rollout="iid",
+      # LATR (rl_jax/sampling/latr.py); defaults of the reference's math scripts. A threshold
+      # < 0 disables that pruning criterion. mix_schedule: ((start_step, η), ...), η = the
+      # fraction of each group that comes from the tree.
+      latr=ml_collections.ConfigDict(dict(
+          tau_abs=0.15, tau_rel=0.25, windows=(20, 30, 50), ed_threshold=-1.0,
+          sm_threshold=0.2, rl_threshold=0.5, thres_init=0.98, thres_decay=0.05,
+          force_return_step=0, fill=True,
+          mix_schedule=((0, 1.0), (100, 0.75), (200, 0.5), (300, 0.25)))),
+      # EPTree (rl_jax/sampling/eptree.py): (M, N, L, T) = (num_chains, forks_per_round, rounds,
+      # branches); the reference script uses (6, 2, 1, 2) and keeps 16 of the 30 leaves.
+      eptree=ml_collections.ConfigDict(dict(num_chains=6, forks_per_round=2, rounds=1,
+                                            branches=2))))
   c.control = ml_collections.ConfigDict(dict(enabled=True))
   c.eval = ml_collections.ConfigDict(dict(num_samples=4, temperatures=(0.3, 0.5, 0.7, 1.0),
                                           batch_size=500))

@@ -22,7 +22,7 @@ from rl_jax.train import rollouts
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.experiment import Experiment
 from rl_jax.train.state import TrainState, make_optimizer
-from rl_jax.types import Rollout, SFTBatch
+from rl_jax.types import Rollout, SFTBatch, Tree
 
 # Integer tags that separate the random streams of different phases.
 PHASE_TAGS = {"sft": 1, "rl": rollouts.RL_TAG, "sft_more": 3, "eval": 4,
@@ -41,11 +41,32 @@ class PhaseResult:
 
 
 def init_params(exp: Experiment) -> Any:
-  """Policy parameters created directly with their shardings (eval_shape -> rules -> jit)."""
+  """The initial policy parameters, placed with their shardings.
+
+  With `config.model.path` these are the checkpoint's weights (`models.load_hf`, in the config's
+  param_dtype): the SFT phase starts from them, and with `sft.steps=0` the RL phase and its
+  frozen KL reference do too. Otherwise a random initialization created directly with its
+  shardings (eval_shape -> rules -> jit).
+
+  Raises:
+    ValueError: the checkpoint's config no longer matches `exp.model_cfg` (changed since build).
+  """
+  if exp.config.model.path:
+    return _load_params(exp)
   init = functools.partial(models.init_params, exp.model_cfg)
   key = jax.random.fold_in(exp.root_key(), 0)
   shardings = parallel.tree_shardings(jax.eval_shape(init, key), exp.mesh)
   return jax.jit(init, out_shardings=shardings)(key)
+
+
+def _load_params(exp: Experiment) -> Any:
+  path = exp.config.model.path
+  cfg, params = models.load_hf(path, dtype=exp.model_cfg.dtype,
+                               param_dtype=exp.model_cfg.param_dtype)
+  if cfg != exp.model_cfg:
+    raise ValueError(f"config.model.path={path!r} now holds {cfg}; the run was built for "
+                     f"{exp.model_cfg}")
+  return jax.device_put(params, parallel.tree_shardings(params, exp.mesh))
 
 
 def _state(exp: Experiment, params, tx):
@@ -168,6 +189,12 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
                     tokens=np.zeros((r, t), np.int32), mask=np.zeros((r, t), bool),
                     logp=np.zeros((r, t), np.float32), group=np.zeros(r, np.int32),
                     valid=np.zeros(r, bool))
+  if cfg.rollout == "eptree":  # the rollout carries its tree (for the tree advantages)
+    n = rollouts.eptree_options(exp.config).max_nodes
+    b = cfg.prompts_per_step
+    example = example.replace(tree=Tree(
+        parent=np.zeros((b, n), np.int32), depth=np.zeros((b, n), np.int32),
+        leaf_node=np.zeros((r, n), bool), node_of=np.zeros((r, t), np.int32)))
   batch_sh = _batch_shardings(exp, example)
   step_jit = jax.jit(
       functools.partial(steps_lib.rl_step, model_cfg=exp.model_cfg, hyper=hyper),

@@ -6,6 +6,12 @@ One step's batch always has `prompts_per_step` groups of `group_size` rows (stat
 * Overlong shaping (`overlong_buffer` L_cache > 0; ALGORITHMS.md §2.2): the soft punishment
   `losses.dapo_overlong_penalty(L, L_max=sampling.max_new_tokens, L_cache)` is added to the first
   reward component (the correctness reward), L = completion tokens including EOS.
+* Rollout mode (`rollout`): 'iid' samples G independent rows per prompt; 'latr' takes
+  round(G·η(step)) rows from LATR trees (`rl_jax.sampling.latr`, options `config.rl.latr`, η the
+  piecewise-constant `mix_schedule`) and the rest independently; 'eptree' grows EPTree trees
+  (`rl_jax.sampling.eptree`, options `config.rl.eptree`) and keeps G of their leaves per prompt,
+  recording the tree for the tree advantages. `rollout_tokens` counts the tokens decoded to
+  make the batch (a fork's shared prefix once), `batch_tokens` the completion tokens in it.
 * Dynamic sampling (`dynamic_sampling=True`): groups whose rewards are all equal carry no
   gradient and are dropped; further generation rounds of `prompts_per_step` fresh prompts are
   drawn until that many informative groups exist or `max_gen_rounds` rounds have run. Missing
@@ -26,12 +32,40 @@ from rl_jax import rewards as rewards_lib
 from rl_jax import sampling
 from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
+from rl_jax.sampling import eptree, latr
 from rl_jax.train import rl_inputs
 from rl_jax.train.experiment import Experiment
 from rl_jax.types import Rollout
 
 # Random-stream tags (phases.PHASE_TAGS): round 0 uses the RL phase's stream, rounds >= 1 their own.
 RL_TAG, EXTRA_ROUND_TAG = 2, 5
+ROLLOUTS = ("iid", "latr", "eptree")
+
+
+def latr_options(config) -> latr.LatrOptions:
+  """`config.rl.latr` -> LatrOptions (thresholds < 0 disable a pruning criterion)."""
+  c = config.rl.latr
+  off = lambda x: None if x < 0 else float(x)
+  return latr.LatrOptions(
+      tau_abs=c.tau_abs, tau_rel=c.tau_rel, windows=tuple(c.windows),
+      ed_threshold=off(c.ed_threshold), sm_threshold=off(c.sm_threshold),
+      rl_threshold=off(c.rl_threshold), thres_init=c.thres_init, thres_decay=c.thres_decay,
+      force_return_step=c.force_return_step, fill=c.fill)
+
+
+def eptree_options(config) -> eptree.EPTreeOptions:
+  c = config.rl.eptree
+  return eptree.EPTreeOptions(num_chains=c.num_chains, forks_per_round=c.forks_per_round,
+                              rounds=c.rounds, branches=c.branches)
+
+
+def mix_ratio(schedule, step: int) -> float:
+  """η at `step` of a piecewise-constant schedule ((start_step, η), ...) sorted by step."""
+  eta = 1.0
+  for start, value in schedule:
+    if step >= start:
+      eta = float(value)
+  return eta
 
 
 def check_config(config) -> None:
@@ -51,6 +85,23 @@ def check_config(config) -> None:
   if not 0 <= rl.overlong_buffer <= config.sampling.max_new_tokens:
     raise ValueError(f"config.rl.overlong_buffer must be in [0, sampling.max_new_tokens="
                      f"{config.sampling.max_new_tokens}], got {rl.overlong_buffer}")
+  if rl.rollout not in ROLLOUTS:
+    raise ValueError(f"config.rl.rollout={rl.rollout!r}; expected one of {ROLLOUTS}")
+  if rl.rollout == "latr":
+    latr_options(config)
+    steps = [s for s, _ in rl.latr.mix_schedule]
+    if steps != sorted(steps) or any(not 0 <= e <= 1 for _, e in rl.latr.mix_schedule):
+      raise ValueError(f"config.rl.latr.mix_schedule must be (step, eta) pairs sorted by step "
+                       f"with eta in [0, 1], got {rl.latr.mix_schedule}")
+  if rl.rollout == "eptree":
+    leaves = eptree_options(config).leaves
+    if rl.group_size > leaves:
+      raise ValueError(f"config.rl.group_size={rl.group_size} exceeds the {leaves} leaves per "
+                       f"prompt of config.rl.eptree (num_chains·(1 + rounds·forks_per_round·"
+                       f"branches))")
+    if rl.dynamic_sampling:
+      raise ValueError("config.rl.dynamic_sampling is not supported with rollout='eptree' "
+                       "(groups carry a tree); use rollout='iid' or 'latr'")
 
 
 def overlong_shaping(rewards: np.ndarray, lengths: np.ndarray, max_len: int, buffer: int,
@@ -114,32 +165,99 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int):
         jax.random.fold_in(exp.root_key(), EXTRA_ROUND_TAG), step), round_idx)
   idx = rng.choice(len(exp.train_prompts), rl.prompts_per_step, replace=False)
   rows = np.repeat(idx, rl.group_size)
-  out = sampling.generate(params, exp.train_prompts[rows], exp.train_prompt_mask[rows], key,
-                          cfg=exp.model_cfg, strategy=exp.rollout_strategy,
-                          max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
-                          pad_id=exp.tokenizer.pad_id)
-  texts = decode_completions(exp.tokenizer, out.tokens, out.mask)
-  rewards = rewards_lib.score_components(exp.task, texts, [exp.task.train[i] for i in rows],
-                                         tuple(rl.rewards))
+  sample = {"iid": _iid_rows, "latr": _latr_rows, "eptree": _eptree_rows}[rl.rollout]
+  out, rewards, extra = sample(exp, params, idx, key, rng, step)
   batch = Rollout(prompt_tokens=exp.train_prompts[rows], prompt_mask=exp.train_prompt_mask[rows],
-                  tokens=out.tokens, mask=out.mask, logp=out.logp,
+                  tokens=np.asarray(out["tokens"]), mask=np.asarray(out["mask"]),
+                  logp=np.asarray(out["logp"]),
                   group=np.repeat(np.arange(len(idx)), rl.group_size).astype(np.int32),
-                  valid=np.ones(len(rows), bool))
-  return batch, rewards
+                  valid=np.ones(len(rows), bool), tree=out.get("tree"))
+  return batch, rewards, extra
+
+
+def _score(exp: Experiment, tokens, mask, example_ids) -> np.ndarray:
+  texts = decode_completions(exp.tokenizer, tokens, mask)
+  return rewards_lib.score_components(exp.task, texts, [exp.task.train[i] for i in example_ids],
+                                      tuple(exp.config.rl.rewards))
+
+
+def _sample_iid(exp: Experiment, params, idx, key, per_prompt: int):
+  rows = np.repeat(idx, per_prompt)
+  return sampling.generate(params, exp.train_prompts[rows], exp.train_prompt_mask[rows], key,
+                           cfg=exp.model_cfg, strategy=exp.rollout_strategy,
+                           max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
+                           pad_id=exp.tokenizer.pad_id)
+
+
+def _iid_rows(exp: Experiment, params, idx, key, rng, step):
+  del rng, step
+  g = exp.config.rl.group_size
+  out = _sample_iid(exp, params, idx, key, g)
+  rewards = _score(exp, out.tokens, out.mask, np.repeat(idx, g))
+  fields = dict(tokens=out.tokens, mask=out.mask, logp=out.logp)
+  return fields, rewards, {"rollout_tokens": int(np.asarray(out.mask).sum())}
+
+
+def _latr_rows(exp: Experiment, params, idx, key, rng, step):
+  """round(G·η) LATR tree leaves + the rest independent samples, per prompt (tree rows first)."""
+  del rng
+  rl = exp.config.rl
+  g, b, t = rl.group_size, len(idx), exp.max_new_tokens
+  n_kt = int(round(g * mix_ratio(rl.latr.mix_schedule, step)))
+  parts, decoded, extra = [], 0, {"tree_rows": n_kt}
+  if n_kt:
+    tree = latr.latr_generate(params, exp.train_prompts[idx], exp.train_prompt_mask[idx],
+                              jax.random.fold_in(key, 1), cfg=exp.model_cfg,
+                              strategy=exp.rollout_strategy, options=latr_options(exp.config),
+                              num_slots=n_kt, max_new_tokens=t, eos_id=exp.tokenizer.eos_id,
+                              pad_id=exp.tokenizer.pad_id)
+    parts.append(tree)
+    decoded += int(tree.decode_tokens)
+    extra.update(tree_forks=int(tree.num_forks), tree_pruned=int(tree.num_pruned),
+                 tree_steps=int(tree.tree_steps))
+  if g - n_kt:
+    iid = _sample_iid(exp, params, idx, key, g - n_kt)
+    parts.append(iid)
+    decoded += int(np.asarray(iid.mask).sum())
+  fields = {}
+  for name in ("tokens", "mask", "logp"):
+    blocks = [np.asarray(getattr(p, name)).reshape(b, -1, t) for p in parts]
+    fields[name] = np.concatenate(blocks, axis=1).reshape(b * g, t)
+  rewards = _score(exp, fields["tokens"], fields["mask"], np.repeat(idx, g))
+  extra["rollout_tokens"] = decoded
+  return fields, rewards, extra
+
+
+def _eptree_rows(exp: Experiment, params, idx, key, rng, step):
+  """EPTree leaves; G of each prompt's leaves are kept (one correct leaf when there is one)."""
+  del step
+  rl = exp.config.rl
+  opts = eptree_options(exp.config)
+  out = eptree.eptree_rollout(params, exp.train_prompts[idx], exp.train_prompt_mask[idx], key,
+                              cfg=exp.model_cfg, strategy=exp.rollout_strategy, options=opts,
+                              max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
+                              pad_id=exp.tokenizer.pad_id)
+  all_rewards = _score(exp, out.tokens, out.mask, np.repeat(idx, opts.leaves))
+  keep = eptree.select_leaves(all_rewards[:, 0], opts.leaves, rl.group_size, rng)
+  fields = dict(tokens=out.tokens[keep], mask=out.mask[keep], logp=out.logp[keep],
+                tree=eptree.restrict(out.tree, keep))
+  return fields, all_rewards[keep], {"rollout_tokens": out.decode_tokens,
+                                     "tree_leaves": opts.leaves}
 
 
 def collect(draw: Callable[[int], tuple[Rollout, np.ndarray]], config):
-  """Runs generation rounds `draw(round) -> (rollout, raw rewards)` and builds the batch.
+  """Runs generation rounds `draw(round) -> (rollout, raw rewards[, host metrics])`; builds the batch.
 
   Returns (rollout, shaped rewards [R, K], host metrics).
   """
   rl = config.rl
   multi = rl.advantage in rl_inputs.MULTI_REWARD
-  rounds, tokens, raw = [], 0, []
+  rounds, tokens, raw, extra = [], 0, [], {}
   for k in range(rl.max_gen_rounds if rl.dynamic_sampling else 1):
-    batch, r = draw(k)
+    out = draw(k)
+    batch, r, extra = out if len(out) == 3 else (*out, {})
     lengths = np.asarray(batch.mask).sum(-1)
-    tokens += int(lengths.sum())
+    tokens += int(extra.get("rollout_tokens", lengths.sum()))
     shaped = overlong_shaping(r, lengths, config.sampling.max_new_tokens, rl.overlong_buffer,
                               rl.overlong_penalty_factor)
     inf = informative_groups(shaped, np.asarray(batch.valid), rl.group_size,
@@ -148,7 +266,8 @@ def collect(draw: Callable[[int], tuple[Rollout, np.ndarray]], config):
     raw.append(r)
     if sum(int(x.sum()) for _, _, x in rounds) >= rl.prompts_per_step:
       break
-  metrics = {"gen_rounds": len(rounds), "rollout_tokens": tokens}
+  metrics = {k: v for k, v in extra.items() if k != "rollout_tokens"}
+  metrics.update(gen_rounds=len(rounds), rollout_tokens=tokens)
   if rl.dynamic_sampling:
     rows, keep, metrics["kept_groups"] = select_groups([inf for _, _, inf in rounds],
                                                        rl.prompts_per_step, rl.group_size)
@@ -164,6 +283,7 @@ def collect(draw: Callable[[int], tuple[Rollout, np.ndarray]], config):
     metrics["kept_groups"] = rl.prompts_per_step
     kept_raw = raw[0]
   valid = np.asarray(batch.valid)
+  metrics["batch_tokens"] = int(np.asarray(batch.mask).sum())
   for name, col in zip(rl.rewards, kept_raw.T):
     metrics[f"reward_{name}"] = float(col[valid].mean()) if valid.any() else 0.0
   return batch, shaped, metrics
