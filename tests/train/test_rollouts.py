@@ -121,3 +121,54 @@ def test_rl_phase_with_dapo_options_keeps_static_shapes(smoke_config, tmp_path):
             "tis_weight_mean", "rollout_tokens"} <= set(r)
     assert all(np.isfinite(v) for v in r.values() if isinstance(v, float))
   assert result.steps == 2
+
+
+def test_mix_ratio_schedule():
+  schedule = ((0, 1.0), (100, 0.75), (200, 0.5), (300, 0.25))
+  assert [rollouts.mix_ratio(schedule, s) for s in (0, 99, 100, 250, 1000)] == [
+      1.0, 1.0, 0.75, 0.5, 0.25]
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("rollout", "beam", "config.rl.rollout"),
+    ("latr.mix_schedule", ((10, 0.5), (0, 1.0)), "mix_schedule"),
+    ("latr.windows", (), "windows"),
+    ("group_size", 99, "leaves per prompt"),
+])
+def test_tree_rollout_config_errors(smoke_config, field, value, match):
+  smoke_config.rl.rollout = "eptree" if field == "group_size" else "latr"
+  if field == "rollout":
+    smoke_config.rl.rollout = value
+  else:
+    section, _, key = field.rpartition(".")
+    (smoke_config.rl[section] if section else smoke_config.rl)[key] = value
+  with pytest.raises(ValueError, match=match):
+    rollouts.check_config(smoke_config)
+
+
+@pytest.mark.parametrize("mode,advantage", [("latr", "grpo"), ("eptree", "treerl_code")])
+def test_rl_phase_with_tree_rollouts(smoke_config, tmp_path, mode, advantage):
+  """Tree rollouts through the real RL phase: static shapes, tree metrics, tree advantages."""
+  smoke_config.rl.update(steps=2, eval_every=0, rollout=mode, advantage=advantage)
+  smoke_config.rl.latr.update(windows=(2,), mix_schedule=((0, 0.5),), tau_abs=0.0, tau_rel=1.0)
+  smoke_config.rl.eptree.update(num_chains=2, forks_per_round=1, branches=2)
+  exp = experiment.build(smoke_config, str(tmp_path))
+  params = phases.init_params(exp)
+  batch, rewards, metrics = rollouts.rollout(exp, params, 0)
+  g, rows = smoke_config.rl.group_size, smoke_config.rl.prompts_per_step * smoke_config.rl.group_size
+  assert batch.tokens.shape == (rows, smoke_config.sampling.max_new_tokens)
+  assert rewards.shape == (rows, 1)
+  if mode == "latr":
+    assert metrics["tree_rows"] == g // 2 and metrics["tree_forks"] > 0
+    assert batch.tree is None
+  else:
+    assert batch.tree.leaf_node.shape[0] == rows and batch.tree.leaf_node[:, 0].all()
+    # Leaves share their prefix: fewer tokens decoded than the batch holds.
+    assert metrics["rollout_tokens"] < 6 / 4 * metrics["batch_tokens"]
+  with MetricsWriter(tmp_path) as writer:
+    result = phases.rl(exp, params, writer)
+  records = [r for r in read_metrics(tmp_path) if r["phase"] == "rl"]
+  assert [r["step"] for r in records] == [1, 2] and result.steps == 2
+  for r in records:
+    assert {"rollout_tokens", "batch_tokens"} <= set(r)
+    assert all(np.isfinite(v) for v in r.values() if isinstance(v, float))
