@@ -11,7 +11,8 @@ logits), so the shared prefix is never recomputed. Continuations write into fres
 beyond the chains' (slots need not be contiguous: attention uses the slot mask and explicit
 position ids).
 
-Masking rules for fork points: padding after EOS; the first token of every continuation segment
+Masking rules for fork points: padding after EOS and EOS itself (resampling the end of a finished
+answer mostly reproduces it); the first token of every continuation segment
 (forking there would duplicate its siblings' fork point); tokens already used as fork points; and
 optionally every token after one in `stop_tokens` (the reference masks text after "answer" /
 "conclusion"; pass those token ids).
@@ -194,6 +195,7 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
     positions = np.arange(t_max)[None, :]
     ok = mask & (positions >= own_start[:, None])
     ok &= ~((positions == own_start[:, None]) & is_cont[:, None])
+    ok &= tokens != eos_id
     if stop is not None:
       ok &= ~(np.cumsum(stop, axis=1) - stop > 0)
     for (r_, t_) in used_forks:

