@@ -50,13 +50,13 @@ def distinct_per_prompt(tokens: np.ndarray, mask: np.ndarray, leaves: int) -> fl
 
 
 def _timed(fn, repeats: int):
-  out = fn()  # warm-up (compiles)
-  jax.block_until_ready(out)
+  """(last output, median seconds of `repeats` calls after a warm-up call)."""
+  wait = lambda x: x if isinstance(x, eptree.EPTreeRollout) else jax.block_until_ready(x)
+  out = wait(fn())  # warm-up (compiles)
   times = []
   for _ in range(repeats):
     start = time.perf_counter()
-    out = fn()
-    jax.block_until_ready(out)
+    out = wait(fn())
     times.append(time.perf_counter() - start)
   return out, statistics.median(times)
 
@@ -75,9 +75,9 @@ def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strateg
   tree, tree_s = _timed(lambda: latr.latr_generate(params, prompt, prompt_mask, key,
                                                    options=latr_options, num_slots=leaves, **kw),
                         repeats)
+  # EPTree returns host arrays (its rounds synchronize with the host).
   ep, ep_s = _timed(lambda: eptree.eptree_rollout(params, prompt, prompt_mask, key,
-                                                  options=eptree_options, **kw).tokens, repeats)
-  ep = eptree.eptree_rollout(params, prompt, prompt_mask, key, options=eptree_options, **kw)
+                                                  options=eptree_options, **kw), repeats)
   n = b * leaves
 
   def stats(decoded, tokens, mask, seconds, **extra):
