@@ -182,6 +182,9 @@ def main(argv=None) -> dict:
                         "eptree": dataclasses.asdict(ep_opts)}}
   if args.smollm2_dir and os.path.isdir(args.smollm2_dir):
     params, prompt, mask, cfg, tok = smollm2_policy(args)
+    # Fork points close to the length limit give continuations of a token or two, which repeat
+    # their siblings: keep a sixth of the limit free after every fork point.
+    smol_ep = dataclasses.replace(ep_opts, min_tokens_left=args.smollm2_tokens // 6)
     # The reference's math thresholds and lookahead windows (the model is not sharpened by SFT).
     from experiments.configs import common  # noqa: PLC0415
     from rl_jax.train import rollouts  # noqa: PLC0415
@@ -189,8 +192,9 @@ def main(argv=None) -> dict:
                              leaves=args.leaves, max_new_tokens=args.smollm2_tokens,
                              eos_id=tok.eos_id, pad_id=tok.pad_id,
                              latr_options=rollouts.latr_options(common.base()),
-                             eptree_options=ep_opts, repeats=1)
-    out["smollm2_setup"] = {"prompts": args.smollm2_prompts, "max_new_tokens": args.smollm2_tokens}
+                             eptree_options=smol_ep, repeats=1)
+    out["smollm2_setup"] = {"prompts": args.smollm2_prompts, "max_new_tokens": args.smollm2_tokens,
+                            "eptree": dataclasses.asdict(smol_ep)}
   else:
     out["smollm2"] = None
     out["smollm2_reason"] = ("pass --smollm2_dir (python -m rl_jax.models.convert_gguf --out "

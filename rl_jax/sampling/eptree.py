@@ -48,6 +48,9 @@ class EPTreeOptions:
     rounds: L, expansion rounds.
     branches: T, continuations sampled from each fork point.
     stop_tokens: token ids after which no fork point is taken.
+    min_tokens_left: a fork point needs at least this many tokens before the length limit
+      (T − t >= min_tokens_left); continuations cut short by the limit mostly repeat their
+      siblings. 0 = no restriction (the reference).
   """
 
   num_chains: int = 6
@@ -55,11 +58,14 @@ class EPTreeOptions:
   rounds: int = 1
   branches: int = 2
   stop_tokens: tuple[int, ...] = ()
+  min_tokens_left: int = 0
 
   def __post_init__(self):
     for name in ("num_chains", "forks_per_round", "branches"):
       if getattr(self, name) < 1:
         raise ValueError(f"EPTreeOptions.{name} must be >= 1, got {getattr(self, name)}")
+    if self.min_tokens_left < 0:
+      raise ValueError(f"EPTreeOptions.min_tokens_left must be >= 0, got {self.min_tokens_left}")
     if self.rounds < 0:
       raise ValueError(f"EPTreeOptions.rounds must be >= 0, got {self.rounds}")
 
@@ -196,6 +202,7 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
     ok = mask & (positions >= own_start[:, None])
     ok &= ~((positions == own_start[:, None]) & is_cont[:, None])
     ok &= tokens != eos_id
+    ok &= positions <= t_max - o.min_tokens_left
     if stop is not None:
       ok &= ~(np.cumsum(stop, axis=1) - stop > 0)
     for (r_, t_) in used_forks:

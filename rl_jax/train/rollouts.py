@@ -56,7 +56,8 @@ def latr_options(config) -> latr.LatrOptions:
 def eptree_options(config) -> eptree.EPTreeOptions:
   c = config.rl.eptree
   return eptree.EPTreeOptions(num_chains=c.num_chains, forks_per_round=c.forks_per_round,
-                              rounds=c.rounds, branches=c.branches)
+                              rounds=c.rounds, branches=c.branches,
+                              min_tokens_left=c.min_tokens_left)
 
 
 def mix_ratio(schedule, step: int) -> float:

@@ -180,3 +180,17 @@ def test_select_leaves_keeps_a_correct_leaf():
     assert set(rows[2:]) <= set(range(6, 12))
   with pytest.raises(ValueError, match="group_size"):
     eptree.select_leaves(rewards, 6, 7, rng)
+
+
+def test_eptree_fork_points_leave_min_tokens(setup):
+  cfg, params, prompt, prompt_mask = setup
+  t = 8
+  opts = eptree.EPTreeOptions(num_chains=2, forks_per_round=2, rounds=1, branches=1,
+                              min_tokens_left=5)
+  out = eptree.eptree_rollout(params, prompt, prompt_mask, jax.random.key(4), cfg=cfg,
+                              strategy=sampling.Sampling(1.0), options=opts, max_new_tokens=t,
+                              eos_id=2)
+  forks = out.fork_pos.reshape(3, opts.leaves)[:, opts.num_chains:]
+  assert forks.size and (forks <= t - 5).all()
+  with pytest.raises(ValueError, match="min_tokens_left"):
+    eptree.EPTreeOptions(min_tokens_left=-1)
