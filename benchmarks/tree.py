@@ -166,7 +166,7 @@ def main(argv=None) -> dict:
   parser.add_argument("--leaves", type=int, default=8)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--smollm2_dir", default="", help="HF dir of SmolLM2-135M-Instruct")
-  parser.add_argument("--smollm2_prompts", type=int, default=4)
+  parser.add_argument("--smollm2_prompts", type=int, default=8)
   parser.add_argument("--smollm2_tokens", type=int, default=96)
   args = parser.parse_args(argv)
   params, prompt, mask, cfg, tok, config = tiny_policy(args)
@@ -183,8 +183,8 @@ def main(argv=None) -> dict:
   if args.smollm2_dir and os.path.isdir(args.smollm2_dir):
     params, prompt, mask, cfg, tok = smollm2_policy(args)
     # Fork points close to the length limit give continuations of a token or two, which repeat
-    # their siblings: keep a sixth of the limit free after every fork point.
-    smol_ep = dataclasses.replace(ep_opts, min_tokens_left=args.smollm2_tokens // 6)
+    # their siblings: keep an eighth of the limit free after every fork point.
+    smol_ep = dataclasses.replace(ep_opts, min_tokens_left=args.smollm2_tokens // 8)
     # The reference's math thresholds and lookahead windows (the model is not sharpened by SFT).
     from experiments.configs import common  # noqa: PLC0415
     from rl_jax.train import rollouts  # noqa: PLC0415

@@ -188,7 +188,8 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     src = (src_local + (jnp.arange(b) * k)[:, None]).reshape(n)
     new = new.reshape(n)
     take = lambda x: x[src]
-    cache = c["cache"].take_rows(src)
+    # Copying every cache row is the costliest part of a step: do it only when a fork happened.
+    cache = jax.lax.cond(new.any(), lambda x: x.take_rows(src), lambda x: x, c["cache"])
     logits = take(c["logits"])
     tok = jnp.where(new, top_i[src, 1], base[src]).astype(jnp.int32)
     active = c["active"] | new
@@ -223,7 +224,7 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
                 & ~(parent_w == eos_id).any(1))
       alike = tree_metrics.prune_mask(child_w, parent_w, ed_threshold=o.ed_threshold,
                                       sm_threshold=o.sm_threshold, rl_threshold=o.rl_threshold)
-      prune |= same_parent & no_eos & alike & ~exempt[div_tok] & (start + r - 1 <= t)
+      prune |= same_parent & no_eos & alike & ~exempt[div_tok]
     prune &= in_tree
     active = active & ~prune
 
