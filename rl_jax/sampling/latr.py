@@ -222,10 +222,15 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
       parent_m = child_m[parent]
       no_eos = (child_m.all(1) & parent_m.all(1) & ~(child_w == eos_id).any(1)
                 & ~(parent_w == eos_id).any(1))
-      alike = tree_metrics.prune_mask(child_w, parent_w, ed_threshold=o.ed_threshold,
-                                      sm_threshold=o.sm_threshold, rl_threshold=o.rl_threshold)
-      prune |= same_parent & no_eos & alike & ~exempt[div_tok]
-    prune &= in_tree
+      check = same_parent & no_eos & ~exempt[div_tok] & in_tree
+      # The O(r²) similarity DPs run only on steps where some branch reaches this window.
+      alike = jax.lax.cond(
+          check.any(),
+          lambda a, b: tree_metrics.prune_mask(a, b, ed_threshold=o.ed_threshold,
+                                               sm_threshold=o.sm_threshold,
+                                               rl_threshold=o.rl_threshold),
+          lambda a, b: jnp.zeros((n,), bool), child_w, parent_w)
+      prune |= check & alike
     active = active & ~prune
 
     # Exit rule (§3.1 step 5).
