@@ -50,6 +50,7 @@ def main():
   import numpy as np  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
+  from tunix.generate import tokenizer_adapter  # pylint: disable=g-import-not-at-top
   from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
   from tunix.rl.grpo import grpo_learner  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
@@ -67,7 +68,11 @@ def main():
   tokenizer = transformers.AutoTokenizer.from_pretrained(args.model_dir)
   load_s = time.perf_counter() - load_start
   texts = common.prompts(b)
-  plen = max(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in texts)
+  # tunix's sampler prepends BOS when the tokenizer has one (SmolLM2: one token more than the
+  # other systems' prompts); its prompt width must cover that or it pads to a power of two.
+  adapter = tokenizer_adapter.TokenizerAdapter(tokenizer)
+  bos = [adapter.bos_id()] if adapter.bos_id() else []
+  plen = max(len(adapter.dedup_bos_ids(bos + list(adapter.encode(p)))) for p in texts)
 
   workdir = args.workdir or "/tmp/peers_tunix"
   optimizer = optax.chain(
