@@ -4,6 +4,9 @@
 `tokenizer.json` (and renders its chat template); it needs the optional `tokenizers` package.
 
 `encode` never adds BOS/EOS; callers add `bos_id` / `eos_id` where the sequence format needs them.
+`add_bos` says whether the model's own convention starts a sequence with BOS (SentencePiece here:
+yes; a Hugging Face tokenizer: what its tokenizer.json post-processor does, e.g. Llama 3 yes,
+SmolLM2 and Qwen no).
 """
 
 from __future__ import annotations
@@ -23,12 +26,17 @@ SIDECAR_FILE = "tokenizer.json"
 
 @runtime_checkable
 class Tokenizer(Protocol):
-  """The interface the rest of rl_jax sees: text <-> ids plus the special ids."""
+  """The interface the rest of rl_jax sees: text <-> ids plus the special ids.
+
+  `add_bos`: whether a sequence starts with `bos_id` (False for tokenizers without a BOS token,
+  and for those whose model was trained without one).
+  """
 
   bos_id: int
   eos_id: int
   pad_id: int
   vocab_size: int
+  add_bos: bool
 
   def encode(self, text: str) -> List[int]:
     """Token ids of `text`, without BOS/EOS."""
@@ -56,6 +64,7 @@ class SentencePieceTokenizer:
     self.eos_id = self._sp.eos_id()
     self.pad_id = self._sp.pad_id()
     self.vocab_size = self._sp.get_piece_size()
+    self.add_bos = self.bos_id >= 0  # SentencePiece reports -1 when the model has no BOS.
 
   def encode(self, text: str) -> List[int]:
     return self._sp.encode(text)
@@ -171,22 +180,32 @@ class HFTokenizer:
 
   Attributes:
     bos_id: BOS id; a tokenizer without one (Qwen) reports `has_bos = False` and bos_id = eos_id.
-    eos_id: EOS id (the token that ends a completion).
+    add_bos: whether sequences start with BOS: `add_bos_token` of tokenizer_config.json when
+      set, else whether tokenizer.json's post-processor prepends BOS to an encoded text (as
+      transformers does with add_special_tokens=True). False without a BOS token. SmolLM2's BOS
+      `<|im_start|>` opens chat turns but is not prepended to plain text, so it is False there.
+    eos_id: EOS id, the token that ends a completion (the sampler stops on it and SFT targets
+      end with it): `eos_token` if given, else tokenizer_config.json's eos_token. For chat models
+      that is the end-of-turn token the model emits after an answer (SmolLM2-Instruct and
+      Qwen-Instruct: `<|im_end|>`); where tokenizer_config.json names another (Gemma-it: `<eos>`
+      while turns end with `<end_of_turn>`), pass the end-of-turn token as `eos_token`.
     pad_id: PAD id; pad_token if set, else eos_id.
     vocab_size: number of ids, added tokens included (a model's embedding may be larger).
     chat_template: the Jinja chat template, or None.
 
   Args:
     path: a directory holding tokenizer.json, or the tokenizer.json file itself.
+    eos_token: the text of the token that ends a completion, overriding tokenizer_config.json's
+      eos_token for `eos_id` (and `pad_id` when there is no pad token); None keeps it.
 
   Raises:
     FileNotFoundError: naming the path when there is no tokenizer.json.
     ImportError: the `tokenizers` package (the `hf` extra) is not installed.
-    ValueError: tokenizer_config.json names a special token the vocabulary lacks, or there is
-      no EOS token.
+    ValueError: tokenizer_config.json (or `eos_token`) names a special token the vocabulary
+      lacks, or there is no EOS token.
   """
 
-  def __init__(self, path: str | os.PathLike):
+  def __init__(self, path: str | os.PathLike, eos_token: str | None = None):
     path = os.fspath(path)
     file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
@@ -215,6 +234,10 @@ class HFTokenizer:
         ids[kind] = token_id
       elif isinstance(model_config.get(f"{kind}_token_id"), int):
         ids[kind] = model_config[f"{kind}_token_id"]
+    if eos_token is not None:  # The chat template still sees tokenizer_config's eos_token.
+      ids["eos"] = self._tok.token_to_id(eos_token)
+      if ids["eos"] is None:
+        raise ValueError(f"eos_token={eos_token!r} is not in the vocabulary of {file!r}")
     if "eos" not in ids:
       raise ValueError(f"no EOS token for {file!r}: set eos_token in tokenizer_config.json")
     self.has_bos = "bos" in ids
@@ -223,6 +246,14 @@ class HFTokenizer:
     self.pad_id = ids.get("pad", self.eos_id)
     self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
     self.chat_template = self._read_chat_template(directory, config)
+    self.add_bos = self.has_bos and self._adds_bos(config.get("add_bos_token"))
+
+  def _adds_bos(self, configured: Any) -> bool:
+    if isinstance(configured, bool):
+      return configured
+    plain = self._tok.encode("a", add_special_tokens=False).ids
+    special = self._tok.encode("a", add_special_tokens=True).ids
+    return special[:1] == [self.bos_id] and plain[:1] != [self.bos_id]
 
   @staticmethod
   def _read_chat_template(directory: str, config: Dict[str, Any]) -> str | None:
