@@ -53,6 +53,28 @@ def extract_answer(completion: Any) -> str:
   return completion.strip().split("\n", 1)[0].strip()
 
 
+_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+
+
+def last_number(completion: Any) -> str:
+  """The last number in a completion, thousands commas removed ('' if none or not a str).
+
+  For chain-of-thought answers that end with the result ('... so John has 288 in total.' ->
+  '288'); a chat model rarely puts the bare answer on its first line.
+  """
+  if not isinstance(completion, str):
+    return ""
+  numbers = _NUMBER.findall(completion)
+  return numbers[-1].replace(",", "") if numbers else ""
+
+
+# config.task.answer_extraction -> the function that takes a completion to the scored answer.
+ANSWER_EXTRACTIONS: Dict[str, Callable[[Any], str]] = {
+    "first_line": extract_answer,
+    "last_number": last_number,
+}
+
+
 def _seeds(seed: int) -> tuple[int, int]:
   """(held-out seed, train seed) for a user seed; distinct user seeds give unrelated streams."""
   base = int(np.random.SeedSequence(seed).generate_state(1, np.uint32)[0]) >> 2
@@ -95,10 +117,18 @@ class ReasoningGymTask(SplitTask):
     seed: non-negative int; held-out and train seeds are derived from it.
     train_size: number of train examples (> 0).
     eval_size: number of distinct held-out examples (> 0).
+    answer_extraction: how `score` finds the answer in a completion, a key of
+      `ANSWER_EXTRACTIONS`: 'first_line' (the default; short-answer tasks) or 'last_number'
+      (chain-of-thought completions of numeric tasks such as gsm_symbolic).
   """
 
   def __init__(self, name: str, options: Mapping[str, Any] | None, seed: int,
-               train_size: int, eval_size: int):
+               train_size: int, eval_size: int, answer_extraction: str = "first_line"):
+    if answer_extraction not in ANSWER_EXTRACTIONS:
+      raise ValueError(f"answer_extraction (config.task.answer_extraction) must be one of "
+                       f"{list(ANSWER_EXTRACTIONS)}, got {answer_extraction!r}")
+    self._extract = ANSWER_EXTRACTIONS[answer_extraction]
+    self.answer_extraction = answer_extraction
     if name not in _RG_DATASETS:
       close = difflib.get_close_matches(str(name), list(_RG_DATASETS), n=3)
       raise ValueError(
@@ -146,9 +176,11 @@ class ReasoningGymTask(SplitTask):
     binarized away. Never raises: any malformed input or scorer exception scores 0.0.
     Note that chain_sum's scorer compares as decimals after deleting commas, so '+29', '029',
     '29.0', '2,9', '2_9' and non-ASCII digits all count as 29; `exact_match` is the strict one.
+    The answer is the completion's first line, or its last number with
+    answer_extraction='last_number' (gsm_symbolic's scorer then compares it numerically).
     """
     try:
-      answer = extract_answer(completion)
+      answer = self._extract(completion)
       if not answer:
         return 0.0
       entry = example.meta["entry"]
@@ -265,7 +297,18 @@ TASKS: Dict[str, Callable[..., ReasoningGymTask]] = {
 
 
 def make_task(name: str, options: Mapping[str, Any] | None, seed: int, train_size: int,
-              eval_size: int) -> ReasoningGymTask:
-  """Builds the task a config names (config.task.name, config.task.options, ...)."""
+              eval_size: int, answer_extraction: str = "first_line") -> ReasoningGymTask:
+  """Builds the task a config names (config.task.name, config.task.options, ...).
+
+  `answer_extraction` other than 'first_line' is passed on to reasoning-gym tasks only (other
+  builders, such as 'jsonl', have their own answer format and raise a ValueError).
+  """
   builder = TASKS.get(name, ReasoningGymTask)
-  return builder(name, options, seed, train_size, eval_size)
+  if answer_extraction == "first_line":
+    return builder(name, options, seed, train_size, eval_size)
+  if not (isinstance(builder, type) and issubclass(builder, ReasoningGymTask)):
+    raise ValueError(f"config.task.answer_extraction={answer_extraction!r} applies to "
+                     f"reasoning-gym tasks only; task {name!r} takes its answer from the first "
+                     "line (set 'first_line')")
+  return builder(name, options, seed, train_size, eval_size,
+                 answer_extraction=answer_extraction)
