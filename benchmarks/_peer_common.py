@@ -63,6 +63,8 @@ def worker_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p.add_argument("--steps", type=int, default=2, help="timed steps after the first")
   p.add_argument("--threads", type=int, default=1)
   p.add_argument("--workdir", default=None, help="scratch directory (checkpoints, logs)")
+  p.add_argument("--num_minibatches", type=int, default=1,
+                 help="rl_jax only: gradient-accumulation micro-batches of the update")
   return p.parse_args(argv)
 
 

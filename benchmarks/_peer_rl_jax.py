@@ -47,7 +47,8 @@ def main():
   ref_params = params
   hyper = steps.RLHyper(group_size=g, advantage="grpo", loss="ppo", clip_low=common.EPSILON,
                         clip_high=common.EPSILON, kl_coef=common.BETA, kl_kind="k3",
-                        aggregation="seq-mean-token-mean", temperature=common.TEMPERATURE)
+                        aggregation="seq-mean-token-mean", temperature=common.TEMPERATURE,
+                        num_minibatches=args.num_minibatches)
   step_jit = jax.jit(functools.partial(steps.rl_step, model_cfg=cfg, hyper=hyper),
                      donate_argnums=0)
   strategy = sampling.Sampling(temperature=common.TEMPERATURE)
@@ -76,6 +77,7 @@ def main():
   res = common.summarize(records, b, g, t)
   common.emit(dict(res, system="rl_jax", load_s=round(load_s, 3), prompt_len=plen,
                    params=models.num_params(params), backend=jax.default_backend(),
+                   num_minibatches=args.num_minibatches,
                    rewards=[round(r["reward"], 4) for r in records],
                    losses=[round(r["loss"], 5) for r in records]))
 

@@ -99,6 +99,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("--smollm2_dir", default=None,
                  help="converted SmolLM2-135M-Instruct (default: CACHE_DIR/smollm2; converted "
                       "with rl_jax.models.convert_gguf when missing)")
+  p.add_argument("--rl_jax_minibatches", type=int, default=1,
+                 help="rl_jax's RLHyper.num_minibatches (same math, gradient accumulation)")
   p.add_argument("--python", default=sys.executable, help="interpreter of the workers")
   args = p.parse_args(argv)
   if args.steps < 1:
@@ -230,12 +232,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                  "--batch", str(b), "--group", str(g), "--tokens", str(t),
                  "--steps", str(args.steps), "--threads", str(args.threads),
                  "--workdir", workdir]
+          if system == "rl_jax":
+            cmd += ["--num_minibatches", str(args.rl_jax_minibatches)]
           results[key][system] = run_subprocess(cmd, env, args.timeout)
         print(f"[peers] {key} {system}: " + json.dumps(results[key][system])[:300],
               file=sys.stderr, flush=True)
   out = {
       "benchmark": "peers", "date": datetime.date.today().isoformat(),
       "threads": args.threads, "steps": args.steps, "dtype": "float32",
+      "rl_jax_minibatches": args.rl_jax_minibatches,
       "load_1min": round(os.getloadavg()[0], 2),
       "results": results,
       "ratios": {key: ratios(runs) for key, runs in results.items()},
