@@ -177,10 +177,10 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
   n_prompt = np.asarray(prompt_mask).sum(-1)
   rows0 = np.repeat(np.arange(b), m)
   cache_size = p + (o.rounds + 1) * t_max
-  out, cache = generate_with_cache(params, jnp.asarray(prompt)[rows0],
-                                   jnp.asarray(prompt_mask)[rows0], jax.random.fold_in(rng, 0),
-                                   cfg=cfg, strategy=strategy, max_new_tokens=t_max,
-                                   eos_id=eos_id, pad_id=pad_id, cache_size=cache_size)
+  out, cache = generate_with_cache(params, jnp.asarray(prompt), jnp.asarray(prompt_mask),
+                                   jax.random.fold_in(rng, 0), cfg=cfg, strategy=strategy,
+                                   max_new_tokens=t_max, eos_id=eos_id, pad_id=pad_id,
+                                   cache_size=cache_size, num_samples=m)
   tokens, mask, logp = (np.asarray(x) for x in (out.tokens, out.mask, out.logp))
   decode_tokens = int(mask.sum())
   forest = _Forest(b, o.max_nodes)
@@ -193,7 +193,10 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
   slot_of = np.full((b * m, t_max), -1, np.int64)
   slot_of[:, :t_max - 1] = p + np.arange(t_max - 1)
   used_forks: set[tuple[int, int]] = set()
-  full_prompt = np.asarray(prompt)
+  full_prompt, full_prompt_mask = np.asarray(prompt), np.asarray(prompt_mask, bool)
+  # Slot of each row's last prompt token: p - 1, except in continuations forked at t = 0, which
+  # feed that token again into a slot of their own.
+  last_prompt_slot = np.full(b * m, p - 1, np.int64)
   stop = np.isin(tokens, np.asarray(o.stop_tokens, np.int64)) if o.stop_tokens else None
 
   for rnd in range(o.rounds):
@@ -221,11 +224,13 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
     pos = np.repeat([t for _, t in forks], o.branches)
     s = cache.size
     keep = np.zeros((len(src), s), bool)
-    keep[:, :p] = np.asarray(cache.mask)[src][:, :p]
+    keep[:, :p] = full_prompt_mask[prompt_of[src]]
+    keep[:, p - 1] = False
+    keep[np.arange(len(src)), last_prompt_slot[src]] = True
     refeed_tok = np.zeros(len(src), np.int64)
     for i, (r, t) in enumerate(zip(src, pos)):
       if t == 0:
-        keep[i, p - 1] = False
+        keep[i, last_prompt_slot[r]] = False
         refeed_tok[i] = full_prompt[prompt_of[r], p - 1]
       else:
         keep[i, slot_of[r, :t - 1]] = True
@@ -285,6 +290,8 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
     prompt_of = np.concatenate([prompt_of, prompt_of[src]])
     tree_of = np.concatenate([tree_of, tree_of[src]])
     own_start = np.concatenate([own_start, pos])
+    last_prompt_slot = np.concatenate([last_prompt_slot,
+                                       np.where(pos == 0, index0, last_prompt_slot[src])])
     is_cont = np.concatenate([is_cont, np.ones(len(src), bool)])
     if stop is not None:
       stop = np.isin(tokens, np.asarray(o.stop_tokens, np.int64))

@@ -194,3 +194,21 @@ def test_eptree_fork_points_leave_min_tokens(setup):
   assert forks.size and (forks <= t - 5).all()
   with pytest.raises(ValueError, match="min_tokens_left"):
     eptree.EPTreeOptions(min_tokens_left=-1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_eptree_refork_of_a_prompt_fork_keeps_the_prompt(setup, seed):
+  """Forks at t = 0 re-feed the last prompt token into a new slot; a later round that forks such a
+  continuation again must still attend to it (a regression: it was dropped)."""
+  cfg, params, prompt, prompt_mask = setup
+  t = 5
+  # Fork points only at t <= 1, three rounds: continuations forked at t = 0 are forked again.
+  opts = eptree.EPTreeOptions(num_chains=1, forks_per_round=1, rounds=3, branches=2,
+                              min_tokens_left=t - 1)
+  out = eptree.eptree_rollout(params, prompt, prompt_mask, jax.random.key(seed), cfg=cfg,
+                              strategy=sampling.Sampling(1.0), options=opts, max_new_tokens=t,
+                              eos_id=-1)
+  assert (np.asarray(out.fork_pos) == 0).any()
+  rows = np.repeat(np.arange(3), opts.leaves)
+  ref = _trainer_logp(cfg, params, prompt[rows], prompt_mask[rows], out.tokens, out.mask, 1.0)
+  np.testing.assert_allclose(out.logp, ref, atol=1e-5)
