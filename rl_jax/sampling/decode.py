@@ -35,13 +35,6 @@ class Samples:
   entropy: jax.Array
 
 
-def _token_stats(strategy: Sampling, logits: jax.Array, tokens: jax.Array):
-  logprobs = jax.nn.log_softmax(strategy.scaled(logits), axis=-1)
-  logp = jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]
-  entropy = -jnp.sum(jnp.exp(logprobs) * logprobs, axis=-1)
-  return logp, entropy
-
-
 def decode_loop(cfg: models.ModelConfig, params, cache: models.KVCache, logits: jax.Array,
                 rng: jax.Array, *, strategy: Sampling, max_new_tokens: int, eos_id: int,
                 pad_id: int = 0) -> tuple[Samples, models.KVCache]:
@@ -54,8 +47,7 @@ def decode_loop(cfg: models.ModelConfig, params, cache: models.KVCache, logits: 
   b = logits.shape[0]
 
   def pick(logits, done, t):
-    tok = strategy.sample(logits, jax.random.fold_in(rng, t))
-    logp, ent = _token_stats(strategy, logits, tok)
+    tok, logp, ent = strategy.draw(logits, jax.random.fold_in(rng, t))
     live = ~done
     tok = jnp.where(live, tok, pad_id)
     return tok, live, jnp.where(live, logp, 0.0), jnp.where(live, ent, 0.0), done | (tok == eos_id)
@@ -76,11 +68,11 @@ def decode_loop(cfg: models.ModelConfig, params, cache: models.KVCache, logits: 
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "strategy", "max_new_tokens", "eos_id",
-                                             "pad_id", "cache_size"))
+                                             "pad_id", "cache_size", "num_samples"))
 def generate_with_cache(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
                         cfg: models.ModelConfig, strategy: Sampling, max_new_tokens: int,
-                        eos_id: int, pad_id: int = 0,
-                        cache_size: int = 0) -> tuple[Samples, models.KVCache]:
+                        eos_id: int, pad_id: int = 0, cache_size: int = 0,
+                        num_samples: int = 1) -> tuple[Samples, models.KVCache]:
   """`generate`, also returning the KV cache (`cache_size` slots; default P + T).
 
   Completion token j of row r sits in slot P + j (j < T − 1; the last token is not fed), so a
@@ -89,15 +81,19 @@ def generate_with_cache(params, prompt: jax.Array, prompt_mask: jax.Array, rng: 
   b, p = prompt.shape
   cache = models.init_cache(cfg, b, cache_size or p + max_new_tokens)
   logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
+  if num_samples > 1:
+    # Each prompt is prefilled once; its samples start from copies of its cache rows.
+    rows = jnp.repeat(jnp.arange(b), num_samples)
+    cache, logits = cache.take_rows(rows), logits[rows]
   return decode_loop(cfg, params, cache, logits, rng, strategy=strategy,
                      max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "strategy", "max_new_tokens", "eos_id",
-                                             "pad_id"))
+                                             "pad_id", "num_samples"))
 def generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
              cfg: models.ModelConfig, strategy: Sampling, max_new_tokens: int, eos_id: int,
-             pad_id: int = 0) -> Samples:
+             pad_id: int = 0, num_samples: int = 1) -> Samples:
   """Samples `max_new_tokens` tokens after left-padded prompts.
 
   Args:
@@ -110,6 +106,10 @@ def generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, 
     max_new_tokens: T, the completion length (static).
     eos_id: token that ends a row.
     pad_id: token written after EOS.
+    num_samples: G, samples per prompt (static). The output has B * G rows, prompt b's samples
+      in rows b*G .. b*G+G-1 (the order of `np.repeat(prompt, G, 0)`), and each prompt is
+      prefilled once, not G times.
   """
   return generate_with_cache(params, prompt, prompt_mask, rng, cfg=cfg, strategy=strategy,
-                             max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id)[0]
+                             max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
+                             num_samples=num_samples)[0]

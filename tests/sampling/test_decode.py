@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rl_jax import models, sampling
+from rl_jax.sampling import strategies
 from rl_jax.rl import logprobs
 
 
@@ -79,3 +80,52 @@ def test_strategy_validation():
     sampling.Sampling(1.0, top_p=0.0)
   with pytest.raises(ValueError, match="temperature"):
     sampling.Sampling(-1.0)
+
+
+@pytest.mark.parametrize("block", [7, 1024])
+def test_inverse_cdf_sample_matches_probabilities(block):
+  """Frequencies of 40k draws match the (unnormalized) weights; zero weights are never drawn."""
+  rng = np.random.default_rng(0)
+  w = rng.random(20) ** 3
+  w[[0, 6, 7, 13, 19]] = 0.0  # Zeros at block edges (block 7) and at both ends.
+  probs = jnp.asarray(np.stack([w, 2.5 * w[::-1]]), jnp.float32)
+  keys = jax.random.split(jax.random.key(0), 40000)
+  draws = np.asarray(jax.vmap(lambda k: strategies.inverse_cdf_sample(probs, k, block))(keys))
+  for row, weights in enumerate(np.asarray(probs)):
+    freq = np.bincount(draws[:, row], minlength=20) / len(keys)
+    assert (freq[weights == 0] == 0).all()
+    np.testing.assert_allclose(freq, weights / weights.sum(), atol=0.01)
+
+
+@pytest.mark.parametrize("strategy,allowed", [
+    (sampling.Sampling(1.0, top_k=3), [9, 8, 7]),
+    (sampling.Sampling(1.0, top_p=0.5), [9, 8]),  # 0.32 + 0.27 reaches 0.5
+])
+def test_truncated_draws_stay_in_the_kept_set(strategy, allowed):
+  probs = np.array([0.01] * 5 + [0.04, 0.1, 0.2, 0.25, 0.30])
+  probs /= probs.sum()
+  logits = jnp.log(jnp.asarray(np.tile(probs, (2, 1)), jnp.float32))
+  keys = jax.random.split(jax.random.key(1), 4000)
+  toks, logp, ent = jax.vmap(lambda k: strategy.draw(logits, k))(keys)
+  toks = np.asarray(toks).ravel()
+  assert set(np.unique(toks)) == set(allowed)
+  kept = probs[allowed] / probs[allowed].sum()
+  freq = np.array([(toks == a).mean() for a in allowed])
+  np.testing.assert_allclose(freq, kept, atol=0.03)
+  # The reported log-prob is the untruncated one.
+  np.testing.assert_allclose(np.asarray(logp).ravel(), np.log(probs)[toks], atol=1e-5)
+  np.testing.assert_allclose(np.asarray(ent), -np.sum(probs * np.log(probs)), atol=1e-5)
+
+
+def test_num_samples_equals_repeated_prompts(setup):
+  """Prefilling each prompt once and copying its cache rows == prefilling every copy."""
+  cfg, params, prompt, prompt_mask = setup
+  kw = dict(cfg=cfg, strategy=sampling.Sampling(1.0), max_new_tokens=7, eos_id=1)
+  once = sampling.generate(params, prompt, prompt_mask, jax.random.key(4), num_samples=3, **kw)
+  rep = sampling.generate(params, jnp.repeat(prompt, 3, 0), jnp.repeat(prompt_mask, 3, 0),
+                          jax.random.key(4), **kw)
+  assert once.tokens.shape == (12, 7)
+  np.testing.assert_array_equal(once.tokens, rep.tokens)
+  np.testing.assert_allclose(once.logp, rep.logp, atol=1e-6)
+  # Samples of one prompt differ from each other.
+  assert not np.array_equal(once.tokens[0], once.tokens[1])
