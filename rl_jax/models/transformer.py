@@ -49,8 +49,13 @@ class Attention(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, key_mask, kv, write_index):
-    """x: [B, L, D]; key_mask: [B, S, ...] see Transformer; kv: (k, v) [B, S, KVH, hd] or None."""
+  def __call__(self, x, positions, key_mask, kv, write_index, layer=0):
+    """x: [B, L, D]; key_mask: [B, L, S] (see Transformer).
+
+    kv: None (no cache), or the whole cache's (k, v) stacks [n_layers, B, S, KVH, hd]: this
+    layer's new keys/values are written in place at (`layer`, slot `write_index`), so a decode
+    step never copies the cache.
+    """
     cfg = self.cfg
     b, l, _ = x.shape
     q = _dense(cfg, cfg.n_heads * cfg.hd, "q_proj", cfg.qkv_bias)(x)
@@ -66,9 +71,10 @@ class Attention(nn.Module):
     q = apply_rope(q, positions, inv_freq)
     k = apply_rope(k, positions, inv_freq)
     if kv is not None:
-      k_all = jax.lax.dynamic_update_slice(kv[0], k.astype(kv[0].dtype), (0, write_index, 0, 0))
-      v_all = jax.lax.dynamic_update_slice(kv[1], v.astype(kv[1].dtype), (0, write_index, 0, 0))
-      new_kv = (k_all, v_all)
+      at = (layer, 0, write_index, 0, 0)
+      new_kv = tuple(jax.lax.dynamic_update_slice(stack, new[None].astype(stack.dtype), at)
+                     for stack, new in zip(kv, (k, v)))
+      k_all, v_all = new_kv[0][layer], new_kv[1][layer]
     else:
       k_all, v_all, new_kv = k, v, None
     groups = cfg.n_heads // cfg.n_kv_heads
@@ -100,10 +106,10 @@ class Block(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, key_mask, kv, write_index):
+  def __call__(self, x, positions, key_mask, kv, write_index, layer=0):
     cfg = self.cfg
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="input_layernorm")(x)
-    a, new_kv = Attention(cfg, name="self_attn")(h, positions, key_mask, kv, write_index)
+    a, new_kv = Attention(cfg, name="self_attn")(h, positions, key_mask, kv, write_index, layer)
     x = x + a
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype,
                 name="post_attention_layernorm")(x)
@@ -137,17 +143,12 @@ class Transformer(nn.Module):
     x = embed(tokens)
     if cfg.scale_embeddings:
       x = x * jnp.asarray(cfg.d_model ** 0.5, x.dtype)
-    new_k, new_v = [], []
+    kv = None if cache is None else (cache.k, cache.v)
+    write_index = None if cache is None else cache.index
     for i in range(cfg.n_layers):
-      kv = None if cache is None else (cache.k[i], cache.v[i])
-      write_index = None if cache is None else cache.index
-      x, kv = Block(cfg, name=f"layers_{i}")(x, positions, key_mask, kv, write_index)
-      if kv is not None:
-        new_k.append(kv[0])
-        new_v.append(kv[1])
+      x, kv = Block(cfg, name=f"layers_{i}")(x, positions, key_mask, kv, write_index, i)
     x = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="norm")(x)
     if not cfg.tie_embeddings:  # Otherwise the transposed embedding is the unembedding.
       self.param("lm_head", nn.initializers.normal(0.02), (cfg.d_model, cfg.vocab_size),
                  cfg.params_dtype)
-    stacks = None if cache is None else (jnp.stack(new_k), jnp.stack(new_v))
-    return x, stacks
+    return x, kv
