@@ -36,7 +36,9 @@ def main():
   for i, e in enumerate(encoded):  # Left padding.
     prompt[i, plen - len(e):] = e
     pmask[i, plen - len(e):] = True
-  prompt, pmask = np.repeat(prompt, g, 0), np.repeat(pmask, g, 0)
+  # The sampler prefills each prompt once and decodes its G samples from copies of its cache;
+  # the update sees the prompts repeated G times (rows grouped contiguously).
+  rep_prompt, rep_pmask = np.repeat(prompt, g, 0), np.repeat(pmask, g, 0)
 
   optim = ml_collections.ConfigDict(dict(lr=common.LR, warmup_steps=0, schedule="constant",
                                          end_lr_frac=1.0, weight_decay=0.0, b1=0.9, b2=0.999,
@@ -53,7 +55,7 @@ def main():
                      donate_argnums=0)
   strategy = sampling.Sampling(temperature=common.TEMPERATURE)
   gen = functools.partial(sampling.generate, cfg=cfg, strategy=strategy, max_new_tokens=t,
-                          eos_id=tok.eos_id, pad_id=tok.pad_id)
+                          eos_id=tok.eos_id, pad_id=tok.pad_id, num_samples=g)
   root = jax.random.key(common.SEED)
   group_ids = np.repeat(np.arange(b), g).astype(np.int32)
 
@@ -66,7 +68,8 @@ def main():
     texts = [tok.decode(row[m]) for row, m in zip(tokens, mask)]
     rewards = np.asarray(common.reward_fn(texts), np.float32)
     t2 = time.perf_counter()
-    rollout = Rollout(prompt_tokens=prompt, prompt_mask=pmask, tokens=out.tokens, mask=out.mask,
+    rollout = Rollout(prompt_tokens=rep_prompt, prompt_mask=rep_pmask, tokens=out.tokens,
+                      mask=out.mask,
                       logp=out.logp, group=group_ids, valid=np.ones(b * g, bool))
     state, metrics = step_jit(state, ref_params, rollout, rewards)
     metrics = jax.device_get(metrics)

@@ -8,7 +8,8 @@ at the chosen thread count (XLA_FLAGS is set before jax is imported, as `benchma
 for its workers). Each phase's *model* FLOPs (`phase_flops`: matmuls and causal attention scores,
 not the work a padded or masked implementation also does) are divided by its measured time:
 
-  generate  `sampling.generate`: prefill of the R = B*G prompts, then T-1 cached decode steps
+  generate  `sampling.generate`: prefill of the B prompts (once each: `num_samples=G` copies the
+            cache rows), then T-1 cached decode steps of the R = B*G rows
             (2 * matmul params per token, the unembedding for the T sampled positions, and
             4 * heads * head_dim * context per layer for attention).
   logprob   `rl.logprobs.completion_logprobs` over prompt + completion (the reference pass).
@@ -68,7 +69,7 @@ def sequence_flops(cfg: Any, start: int, length: int, unembed: int) -> int:
 def phase_flops(cfg: Any, batch: int, group: int, tokens: int, prompt_len: int) -> dict[str, int]:
   """Model FLOPs of rl_jax's phases for R = batch * group rows of prompt_len + tokens."""
   r, p, t = batch * group, prompt_len, tokens
-  generate = r * (sequence_flops(cfg, 0, p, 1) + sequence_flops(cfg, p, t - 1, t - 1))
+  generate = batch * sequence_flops(cfg, 0, p, 1) + r * sequence_flops(cfg, p, t - 1, t - 1)
   logprob = r * sequence_flops(cfg, 0, p + t, t)
   return {"generate": generate, "logprob": logprob, "rl_step": 4 * logprob}
 
@@ -125,12 +126,13 @@ def measure_phases(model: str, batch: int, group: int, tokens: int, prompt_len: 
   params = models.init_params(cfg, jax.random.key(0))
   r = batch * group
   rng = np.random.default_rng(0)
-  prompt = rng.integers(3, cfg.vocab_size, (r, prompt_len)).astype(np.int32)
-  pmask = np.ones((r, prompt_len), bool)
+  unique = rng.integers(3, cfg.vocab_size, (batch, prompt_len)).astype(np.int32)
+  prompt, pmask = np.repeat(unique, group, 0), np.ones((r, prompt_len), bool)
   gen = jax.jit(functools.partial(sampling.generate, cfg=cfg, strategy=sampling.Sampling(1.0),
-                                  max_new_tokens=tokens, eos_id=-1, pad_id=0))
-  times = {"generate": _best_time(gen, (params, prompt, pmask, jax.random.key(1)), repeats)}
-  out = gen(params, prompt, pmask, jax.random.key(1))
+                                  max_new_tokens=tokens, eos_id=-1, pad_id=0, num_samples=group))
+  gen_args = (params, unique, pmask[::group], jax.random.key(1))
+  times = {"generate": _best_time(gen, gen_args, repeats)}
+  out = gen(*gen_args)
   lp = jax.jit(functools.partial(logprobs.completion_logprobs, cfg))
   times["logprob"] = _best_time(lp, (params, prompt, pmask, out.tokens, out.mask), repeats)
   optim = ml_collections.ConfigDict(dict(lr=1e-6, warmup_steps=0, schedule="constant",

@@ -183,11 +183,11 @@ def _score(exp: Experiment, tokens, mask, example_ids) -> np.ndarray:
 
 
 def _sample_iid(exp: Experiment, params, idx, key, per_prompt: int):
-  rows = np.repeat(idx, per_prompt)
-  return sampling.generate(params, exp.train_prompts[rows], exp.train_prompt_mask[rows], key,
+  """`per_prompt` samples of each prompt in `idx`, rows in `np.repeat(idx, per_prompt)` order."""
+  return sampling.generate(params, exp.train_prompts[idx], exp.train_prompt_mask[idx], key,
                            cfg=exp.model_cfg, strategy=exp.rollout_strategy,
                            max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
-                           pad_id=exp.tokenizer.pad_id)
+                           pad_id=exp.tokenizer.pad_id, num_samples=per_prompt)
 
 
 def _iid_rows(exp: Experiment, params, idx, key, rng, step):
