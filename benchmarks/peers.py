@@ -99,8 +99,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("--smollm2_dir", default=None,
                  help="converted SmolLM2-135M-Instruct (default: CACHE_DIR/smollm2; converted "
                       "with rl_jax.models.convert_gguf when missing)")
-  p.add_argument("--rl_jax_minibatches", type=int, default=1,
-                 help="rl_jax's RLHyper.num_minibatches (same math, gradient accumulation)")
+  p.add_argument("--rl_jax_minibatches", type=int, default=4,
+                 help="rl_jax's RLHyper.num_minibatches: the same loss and update, its gradient "
+                      "accumulated over this many micro-batches to bound activation memory "
+                      "(at 8x4x32 on SmolLM2 it costs no step time; see benchmarks/README.md)")
   p.add_argument("--python", default=sys.executable, help="interpreter of the workers")
   args = p.parse_args(argv)
   if args.steps < 1:
