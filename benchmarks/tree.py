@@ -5,7 +5,7 @@
     python -m benchmarks.tree --smollm2_dir=/path/to/smollm2     # also SmolLM2-135M-Instruct
 
 For B prompts and K leaves per prompt, in one process, on the same parameters:
-* independent: `sampling.generate` of B·K rows (the rollout temperature);
+* independent: `sampling.generate` of K samples per prompt, B·K rows (the rollout temperature);
 * LATR: `sampling.latr.latr_generate` with K slots per prompt (defaults of `config.rl.latr`, the
   lookahead windows clipped to the length limit);
 * EPTree: `sampling.eptree.eptree_rollout` with options giving K leaves per prompt.
@@ -67,11 +67,10 @@ def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strateg
   """The measurements of the module docstring for B prompts (one row each) and K = `leaves`."""
   b = len(prompt)
   key = jax.random.key(seed)
-  rows = np.repeat(np.arange(b), leaves)
   kw = dict(cfg=cfg, strategy=strategy, max_new_tokens=max_new_tokens, eos_id=eos_id,
             pad_id=pad_id)
-  iid, iid_s = _timed(lambda: sampling.generate(params, prompt[rows], prompt_mask[rows], key,
-                                                **kw), repeats)
+  iid, iid_s = _timed(lambda: sampling.generate(params, prompt, prompt_mask, key,
+                                                num_samples=leaves, **kw), repeats)
   tree, tree_s = _timed(lambda: latr.latr_generate(params, prompt, prompt_mask, key,
                                                    options=latr_options, num_slots=leaves, **kw),
                         repeats)
