@@ -49,8 +49,11 @@ class Attention(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, key_mask, kv, write_index, layer=0):
+  def __call__(self, x, positions, key_mask, kv, write_index, layer=0, prefix=None):
     """x: [B, L, D]; key_mask: [B, L, S] (see Transformer).
+
+    prefix: None, or read-only (k, v) stacks [n_layers, B, P, KVH, hd] of earlier tokens: the
+    keys are this layer's prefix followed by the L new ones (S = P + L).
 
     kv: None (no cache), or the whole cache's (k, v) stacks [n_layers, B, S, KVH, hd]: this
     layer's new keys/values are written in place at (`layer`, slot `write_index`), so a decode
@@ -75,6 +78,10 @@ class Attention(nn.Module):
       new_kv = tuple(jax.lax.dynamic_update_slice(stack, new[None].astype(stack.dtype), at)
                      for stack, new in zip(kv, (k, v)))
       k_all, v_all = new_kv[0][layer], new_kv[1][layer]
+    elif prefix is not None:
+      k_all = jnp.concatenate([prefix[0][layer].astype(k.dtype), k], axis=1)
+      v_all = jnp.concatenate([prefix[1][layer].astype(v.dtype), v], axis=1)
+      new_kv = None
     else:
       k_all, v_all, new_kv = k, v, None
     groups = cfg.n_heads // cfg.n_kv_heads
@@ -85,7 +92,7 @@ class Attention(nn.Module):
     probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
     out = jnp.einsum("bkgls,bskd->blkgd", probs, v_all.astype(cfg.compute_dtype))
     out = out.reshape(b, l, cfg.n_heads * cfg.hd)
-    return _dense(cfg, cfg.d_model, "o_proj")(out), new_kv
+    return _dense(cfg, cfg.d_model, "o_proj")(out), new_kv, (k, v)
 
 
 class MLP(nn.Module):
@@ -106,14 +113,15 @@ class Block(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, key_mask, kv, write_index, layer=0):
+  def __call__(self, x, positions, key_mask, kv, write_index, layer=0, prefix=None):
     cfg = self.cfg
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="input_layernorm")(x)
-    a, new_kv = Attention(cfg, name="self_attn")(h, positions, key_mask, kv, write_index, layer)
+    a, new_kv, own_kv = Attention(cfg, name="self_attn")(h, positions, key_mask, kv, write_index,
+                                                         layer, prefix)
     x = x + a
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype,
                 name="post_attention_layernorm")(x)
-    return x + MLP(cfg, name="mlp")(h), new_kv
+    return x + MLP(cfg, name="mlp")(h), new_kv, own_kv
 
 
 class Transformer(nn.Module):
@@ -123,7 +131,7 @@ class Transformer(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: jax.Array, positions: jax.Array, key_mask: jax.Array,
-               cache: Optional[KVCache] = None):
+               cache: Optional[KVCache] = None, prefix=None, return_kv: bool = False):
     """Runs the decoder on `tokens` [B, L].
 
     Args:
@@ -132,9 +140,13 @@ class Transformer(nn.Module):
       key_mask: [B, L, S] bool: query l may attend to key slot s (S = L without a cache).
       cache: if given, the L new keys/values are written at slot `cache.index` and attention
         runs over all S cache slots.
+      prefix: (without a cache) read-only (k, v) stacks [n_layers, B, P, KVH, hd] of P earlier
+        tokens, e.g. a prompt shared by several rows; key_mask is then [B, L, P + L].
+      return_kv: (without a cache) return the L tokens' own (k, v) stacks instead of None.
 
     Returns:
-      (hidden [B, L, D] in the compute dtype, updated (k, v) stacks or None).
+      (hidden [B, L, D] in the compute dtype, updated cache (k, v) stacks, the tokens' own (k, v)
+      stacks when return_kv, or None).
     """
     cfg = self.cfg
     embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
@@ -145,10 +157,16 @@ class Transformer(nn.Module):
       x = x * jnp.asarray(cfg.d_model ** 0.5, x.dtype)
     kv = None if cache is None else (cache.k, cache.v)
     write_index = None if cache is None else cache.index
+    own_k, own_v = [], []
     for i in range(cfg.n_layers):
-      x, kv = Block(cfg, name=f"layers_{i}")(x, positions, key_mask, kv, write_index, i)
+      x, kv, own = Block(cfg, name=f"layers_{i}")(x, positions, key_mask, kv, write_index, i,
+                                                  prefix)
+      own_k.append(own[0])
+      own_v.append(own[1])
     x = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="norm")(x)
     if not cfg.tie_embeddings:  # Otherwise the transposed embedding is the unembedding.
       self.param("lm_head", nn.initializers.normal(0.02), (cfg.d_model, cfg.vocab_size),
                  cfg.params_dtype)
+    if return_kv and cache is None:
+      return x, (jnp.stack(own_k), jnp.stack(own_v))
     return x, kv

@@ -15,13 +15,20 @@ import jax.numpy as jnp
 
 from kernels import logprob
 from rl_jax import models
+from rl_jax.models.transformer import Transformer
 
 
 def completion_logprobs(cfg: models.ModelConfig, params, prompt: jax.Array,
                         prompt_mask: jax.Array, completion: jax.Array,
                         completion_mask: jax.Array, *, temperature: float = 1.0,
-                        with_entropy: bool = False):
+                        with_entropy: bool = False, group_size: int = 1):
   """Returns logp [B, T] (and entropy [B, T]) of `completion` given `prompt`.
+
+  With `group_size` G > 1 the rows come in contiguous groups of G that share one prompt (as every
+  GRPO-style rollout does): the prompt runs through the model once per group, and each row's
+  completion attends to its group's prompt keys/values (the cached-decoding path, `models.extend`).
+  Same values as G = 1 (tested), with the prompt's FLOPs divided by G; gradients reach the prompt
+  positions from all G completions. Only the first row of each group's prompt is read.
 
   Args:
     cfg: model config.
@@ -31,14 +38,19 @@ def completion_logprobs(cfg: models.ModelConfig, params, prompt: jax.Array,
     temperature: logits are divided by it (the sampler reports log-probs the same way); 0 or 1
       means unscaled.
     with_entropy: also return the entropy of each position's distribution.
+    group_size: G, rows per shared prompt (static; B must be a multiple of it).
 
   Values where completion_mask is False are 0.
   """
   p = prompt.shape[1]
   b, t = completion.shape
-  tokens = jnp.concatenate([prompt, completion], axis=1)
-  mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
-  hidden = models.hidden_states(cfg, params, tokens, mask)[:, p - 1:-1]
+  if group_size > 1:
+    hidden = _shared_prompt_hidden(cfg, params, prompt, prompt_mask, completion, completion_mask,
+                                   group_size)
+  else:
+    tokens = jnp.concatenate([prompt, completion], axis=1)
+    mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
+    hidden = models.hidden_states(cfg, params, tokens, mask)[:, p - 1:-1]
   # A tied embedding is passed as stored ([V, D], vocab_major): `models.unembedding` would give
   # its transpose, which the vocabulary-blocked loops would copy whole (and its gradient too).
   if cfg.tie_embeddings:
@@ -54,3 +66,32 @@ def completion_logprobs(cfg: models.ModelConfig, params, prompt: jax.Array,
   if not with_entropy:
     return logp
   return logp, jnp.where(completion_mask, entropy.reshape(b, t), 0.0)
+
+
+def _shared_prompt_hidden(cfg: models.ModelConfig, params, prompt, prompt_mask, completion,
+                          completion_mask, group_size: int) -> jax.Array:
+  """Final hidden states [B, T, D] at positions P-1 .. P+T-2, each group's prompt run once.
+
+  The prompts' per-layer keys/values are gathered to the rows and read as a prefix (no KV cache
+  buffers: writing into zero-initialized caches made the backward's compilation take ~1 GB more
+  host memory on SmolLM2).
+  """
+  b, t = completion.shape
+  if b % group_size:
+    raise ValueError(f"{b} rows are not whole groups of group_size={group_size}")
+  p = prompt.shape[1]
+  up, um = jnp.asarray(prompt)[::group_size], jnp.asarray(prompt_mask, bool)[::group_size]
+  causal = jnp.tril(jnp.ones((p, p), bool))
+  prompt_hidden, (k, v) = Transformer(cfg).apply(
+      {"params": params}, up, models.positions_from_mask(um), causal[None] & um[:, None, :],
+      return_kv=True)
+  rows = jnp.repeat(jnp.arange(b // group_size), group_size)
+  # The last completion token predicts nothing, so it is not fed.
+  comp, cmask = jnp.asarray(completion)[:, :-1], jnp.asarray(completion_mask, bool)[:, :-1]
+  positions = um.sum(-1, dtype=jnp.int32)[rows][:, None] + models.positions_from_mask(cmask)
+  key_mask = jnp.concatenate(
+      [jnp.broadcast_to(um[rows][:, None, :], (b, t - 1, p)),
+       jnp.tril(jnp.ones((t - 1, t - 1), bool))[None] & cmask[:, None, :]], axis=-1)
+  comp_hidden, _ = Transformer(cfg).apply(
+      {"params": params}, comp, positions, key_mask, prefix=(k[:, rows], v[:, rows]))
+  return jnp.concatenate([prompt_hidden[rows, -1:], comp_hidden], axis=1)

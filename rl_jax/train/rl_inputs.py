@@ -130,23 +130,29 @@ def normalizers(loss_mask: jax.Array, good: jax.Array) -> dict:
           "num_good": jnp.sum(good)}
 
 
-def split_rows(tree: Any, num: int) -> Any:
+def split_rows(tree: Any, num: int, group: int = 1) -> Any:
   """Leaves [R, ...] -> [num, R/num, ...]; micro-batch j takes rows j, j+num, j+2·num, ...
 
-  The strided split keeps each micro-batch spread over every data shard of the row axis.
+  The strided split keeps each micro-batch spread over every data shard of the row axis. With
+  `group` > 1, groups of `group` contiguous rows move together (micro-batch j takes groups j,
+  j+num, ...), so a micro-batch holds whole groups.
   """
   def split(x):
-    if x.shape[0] % num:
-      raise ValueError(f"{x.shape[0]} rows do not split into {num} micro-batches "
-                       f"(num_minibatches must divide prompts_per_step * group_size)")
-    return jnp.swapaxes(x.reshape((x.shape[0] // num, num) + x.shape[1:]), 0, 1)
+    if x.shape[0] % (num * group):
+      raise ValueError(f"{x.shape[0]} rows do not split into {num} micro-batches of whole groups "
+                       f"of {group} rows (num_minibatches * group_size must divide "
+                       f"prompts_per_step * group_size)")
+    y = x.reshape((x.shape[0] // (num * group), num, group) + x.shape[1:])
+    return jnp.swapaxes(y, 0, 1).reshape((num, -1) + x.shape[1:])
 
   return jax.tree_util.tree_map(split, tree)
 
 
-def merge_rows(x: jax.Array) -> jax.Array:
+def merge_rows(x: jax.Array, group: int = 1) -> jax.Array:
   """Inverse of `split_rows` for one array: [num, R/num, ...] -> [R, ...]."""
-  return jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:])
+  num = x.shape[0]
+  y = x.reshape((num, -1, group) + x.shape[2:])
+  return jnp.swapaxes(y, 0, 1).reshape((-1,) + x.shape[2:])
 
 
 def batch_metrics(scalar_r: jax.Array, rollout: Rollout, adv: jax.Array, weight: jax.Array,

@@ -65,6 +65,10 @@ class RLHyper:
     num_iterations: optimizer updates on the same rollout. The PPO ratio is always taken against
       the behaviour log-probs, so from the second update on ρ != 1 and clipping acts.
     tis_cap: truncated importance sampling cap C (0 = off); see `rl_inputs.tis_weights`.
+    shared_prompts: the G rows of each group share one prompt (every rollout mode builds its
+      batch that way), so the reference pass and the policy's forward and backward run each
+      prompt once per group (`logprobs.completion_logprobs(group_size=G)`): the same loss with
+      fewer FLOPs. Micro-batches then hold whole groups.
   """
 
   group_size: int
@@ -84,6 +88,12 @@ class RLHyper:
   num_minibatches: int = 1
   num_iterations: int = 1
   tis_cap: float = 0.0
+  shared_prompts: bool = False
+
+  @property
+  def prompt_group(self) -> int:
+    """Rows per shared prompt in the log-prob passes (1 = every row runs its own prompt)."""
+    return self.group_size if self.shared_prompts else 1
 
   def __post_init__(self):
     if self.num_minibatches < 1 or self.num_iterations < 1:
@@ -110,7 +120,7 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
   """
   m_count = hyper.num_minibatches
   lp = functools.partial(logprobs.completion_logprobs, model_cfg,
-                         temperature=hyper.temperature)
+                         temperature=hyper.temperature, group_size=hyper.prompt_group)
   seqs = (rollout.prompt_tokens, rollout.prompt_mask, rollout.tokens, rollout.mask)
   mask = rollout.mask & rollout.valid[:, None]
   extra = {}
@@ -118,9 +128,10 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
   if hyper.tis_cap:
     # The trainer's log-probs under the parameters that generated the batch are the PPO
     # behaviour policy; the sampler's log-probs enter only through the TIS weight.
-    old_logp = _no_grad_logprobs(lp, state.params, seqs, m_count)
+    old_logp = _no_grad_logprobs(lp, state.params, seqs, m_count, hyper.prompt_group)
     extra["tis_weight"] = rl_inputs.tis_weights(old_logp, rollout.logp, mask, hyper.tis_cap)
-  ref_logp = _no_grad_logprobs(lp, ref_params, seqs, m_count) if hyper.kl_coef else None
+  ref_logp = (_no_grad_logprobs(lp, ref_params, seqs, m_count, hyper.prompt_group)
+              if hyper.kl_coef else None)
   token_kl = None
   if hyper.kl_in_reward and hyper.kl_coef:
     token_kl = jnp.where(mask, old_logp - ref_logp, 0.0)
@@ -133,7 +144,7 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
   rows = dict(prompt_tokens=rollout.prompt_tokens, prompt_mask=rollout.prompt_mask,
               tokens=rollout.tokens, mask=rollout.mask, loss_mask=loss_mask, good=good,
               old_logp=old_logp, adv=adv, **extra)
-  micro = rl_inputs.split_rows(rows, m_count)
+  micro = rl_inputs.split_rows(rows, m_count, hyper.prompt_group)
   update = functools.partial(_update, micro=micro, norms=norms, model_cfg=model_cfg,
                              hyper=hyper)
   state, per_iter = jax.lax.scan(update, state, None, length=hyper.num_iterations)
@@ -148,11 +159,11 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
   return state, metrics
 
 
-def _no_grad_logprobs(lp, params, seqs, num_micro: int) -> jax.Array:
+def _no_grad_logprobs(lp, params, seqs, num_micro: int, group: int) -> jax.Array:
   """Log-probs [R, T] of the completions, computed one micro-batch at a time."""
-  micro = rl_inputs.split_rows(seqs, num_micro)
+  micro = rl_inputs.split_rows(seqs, num_micro, group)
   out = jax.lax.map(lambda mb: lp(params, *mb), micro)
-  return jax.lax.stop_gradient(rl_inputs.merge_rows(out))
+  return jax.lax.stop_gradient(rl_inputs.merge_rows(out, group))
 
 
 def _update(state: TrainState, _, *, micro: dict, norms: dict, model_cfg, hyper: RLHyper):
@@ -174,7 +185,8 @@ def _update(state: TrainState, _, *, micro: dict, norms: dict, model_cfg, hyper:
 def _micro_loss(params, mb: dict, norms: dict, *, model_cfg, hyper: RLHyper):
   """This micro-batch's share of the batch loss (normalized by whole-batch counts)."""
   logp = logprobs.completion_logprobs(model_cfg, params, mb["prompt_tokens"], mb["prompt_mask"],
-                                      mb["tokens"], mb["mask"], temperature=hyper.temperature)
+                                      mb["tokens"], mb["mask"], temperature=hyper.temperature,
+                                      group_size=hyper.prompt_group)
   m = mb["loss_mask"]
   pg, pg_metrics = losses.policy_loss(logp, mb["old_logp"], mb["adv"], m, kind=hyper.loss,
                                       clip_low=hyper.clip_low, clip_high=hyper.clip_high,
