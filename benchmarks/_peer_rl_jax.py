@@ -50,7 +50,7 @@ def main():
   hyper = steps.RLHyper(group_size=g, advantage="grpo", loss="ppo", clip_low=common.EPSILON,
                         clip_high=common.EPSILON, kl_coef=common.BETA, kl_kind="k3",
                         aggregation="seq-mean-token-mean", temperature=common.TEMPERATURE,
-                        num_minibatches=args.num_minibatches)
+                        num_minibatches=args.num_minibatches, shared_prompts=True)
   step_jit = jax.jit(functools.partial(steps.rl_step, model_cfg=cfg, hyper=hyper),
                      donate_argnums=0)
   strategy = sampling.Sampling(temperature=common.TEMPERATURE)

@@ -12,7 +12,8 @@ not the work a padded or masked implementation also does) are divided by its mea
             cache rows), then T-1 cached decode steps of the R = B*G rows
             (2 * matmul params per token, the unembedding for the T sampled positions, and
             4 * heads * head_dim * context per layer for attention).
-  logprob   `rl.logprobs.completion_logprobs` over prompt + completion (the reference pass).
+  logprob   `rl.logprobs.completion_logprobs(group_size=G)`, the reference pass: each prompt once
+            (the G rows of a group share it), then the R rows' completions.
   rl_step   `train.steps.rl_step`: the reference pass plus the policy's forward and backward
             (backward = 2x forward), i.e. 4x logprob; the AdamW update is not counted.
 
@@ -70,7 +71,9 @@ def phase_flops(cfg: Any, batch: int, group: int, tokens: int, prompt_len: int) 
   """Model FLOPs of rl_jax's phases for R = batch * group rows of prompt_len + tokens."""
   r, p, t = batch * group, prompt_len, tokens
   generate = batch * sequence_flops(cfg, 0, p, 1) + r * sequence_flops(cfg, p, t - 1, t - 1)
-  logprob = r * sequence_flops(cfg, 0, p + t, t)
+  # Shared prompts: each prompt once, then every row's T - 1 fed completion tokens; logits at
+  # the last prompt position and those T - 1 positions. The same work as `generate`.
+  logprob = generate
   return {"generate": generate, "logprob": logprob, "rl_step": 4 * logprob}
 
 
@@ -133,13 +136,14 @@ def measure_phases(model: str, batch: int, group: int, tokens: int, prompt_len: 
   gen_args = (params, unique, pmask[::group], jax.random.key(1))
   times = {"generate": _best_time(gen, gen_args, repeats)}
   out = gen(*gen_args)
-  lp = jax.jit(functools.partial(logprobs.completion_logprobs, cfg))
+  lp = jax.jit(functools.partial(logprobs.completion_logprobs, cfg, group_size=group))
   times["logprob"] = _best_time(lp, (params, prompt, pmask, out.tokens, out.mask), repeats)
   optim = ml_collections.ConfigDict(dict(lr=1e-6, warmup_steps=0, schedule="constant",
                                          end_lr_frac=1.0, weight_decay=0.0, b1=0.9, b2=0.999,
                                          eps=1e-8, grad_clip=1.0))
   tx = make_optimizer(optim, 10)
-  hyper = steps.RLHyper(group_size=group, kl_coef=0.04, aggregation="seq-mean-token-mean")
+  hyper = steps.RLHyper(group_size=group, kl_coef=0.04, aggregation="seq-mean-token-mean",
+                        num_minibatches=4 if batch % 4 == 0 else 1, shared_prompts=True)
   step = jax.jit(functools.partial(steps.rl_step, model_cfg=cfg, hyper=hyper))
   state = TrainState.create(params, tx)
   rollout = Rollout(prompt_tokens=prompt, prompt_mask=pmask, tokens=out.tokens, mask=out.mask,

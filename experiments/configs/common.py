@@ -72,6 +72,8 @@ def base() -> ml_collections.ConfigDict:
       rewards=("task_score",), reward_weights=(),
       kl_in_reward=False,  # kl_coef * k1 goes into the reward instead of the loss.
       num_minibatches=1,  # Gradient accumulation: micro-batches per update.
+      # Log-prob passes run each group's shared prompt once (same loss, fewer FLOPs).
+      shared_prompts=True,
       num_iterations=1,  # Updates per rollout batch (PPO epochs).
       tis_cap=0.0,  # Truncated importance sampling cap, sampler vs trainer log-probs (0 = off).
       # DAPO: dynamic sampling (drop all-equal groups, up to max_gen_rounds generation rounds)

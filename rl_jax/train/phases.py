@@ -170,7 +170,8 @@ def rl_hyper(exp: Experiment) -> steps_lib.RLHyper:
       kl_coef=rl.kl_coef, kl_kind=rl.kl_kind, kl_in_reward=rl.kl_in_reward,
       aggregation=rl.aggregation, temperature=exp.config.sampling.temperature,
       sft_coef=rl.sft_coef, reward_weights=tuple(float(w) for w in rl.reward_weights),
-      num_minibatches=rl.num_minibatches, num_iterations=rl.num_iterations, tis_cap=rl.tis_cap)
+      num_minibatches=rl.num_minibatches, num_iterations=rl.num_iterations, tis_cap=rl.tis_cap,
+      shared_prompts=rl.shared_prompts)
 
 
 def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> PhaseResult:
