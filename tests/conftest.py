@@ -34,6 +34,17 @@ def smoke_config() -> ml_collections.ConfigDict:
   return make_smoke_config()
 
 
+@pytest.fixture(scope="module")
+def fast_compiles():
+  """XLA optimizations off for a module's tests: tests that compare two programs on tiny shapes
+  spend most of their time compiling (use with `pytest.mark.usefixtures("fast_compiles")`)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  before = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", before)
+
+
 @pytest.fixture(scope="session")
 def smoke_config_factory():
   """`make_smoke_config`, for fixtures wider than one test (each call is a fresh copy)."""

@@ -27,13 +27,7 @@ B, G, P, T = 3, 4, 6, 7
 R = B * G
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _fast_compiles():
-  """These tests compare programs; XLA optimizations only cost compile time here."""
-  before = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", before)
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # These tests compare programs.
 
 
 @functools.cache

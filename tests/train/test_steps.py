@@ -32,12 +32,7 @@ ATOL = 1e-5
 LR = 20.0  # Large enough that a second update on the same rollout gets clipped.
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _fast_compiles():
-  before = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", before)
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # These tests compare programs.
 
 
 def _padded(rng, length, left):
