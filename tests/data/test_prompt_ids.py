@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import tokenizers as hf_tokenizers
 
 from rl_jax import tokenizers
 from rl_jax.data.batching import encode_completions, encode_prompts, prompt_ids
+
+from bpe_tokenizer import write_bpe_tokenizer  # tests/bpe_tokenizer.py
 
 CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
           "{{ '<|im_start|>system\nYou are helpful.<|im_end|>\n' }}{% endif %}"
@@ -30,18 +31,7 @@ TEXT = "What is 7 + 30?"
 
 
 def _build(path, config, *, post_bos: str | None = None):
-  tok = hf_tokenizers.Tokenizer(hf_tokenizers.models.BPE())
-  tok.pre_tokenizer = hf_tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-  tok.decoder = hf_tokenizers.decoders.ByteLevel()
-  trainer = hf_tokenizers.trainers.BpeTrainer(
-      vocab_size=300, special_tokens=SPECIALS,
-      initial_alphabet=hf_tokenizers.pre_tokenizers.ByteLevel.alphabet())
-  tok.train_from_iterator(CORPUS, trainer)
-  if post_bos is not None:
-    tok.post_processor = hf_tokenizers.processors.TemplateProcessing(
-        single=f"{post_bos} $A", special_tokens=[(post_bos, tok.token_to_id(post_bos))])
-  path.mkdir(parents=True, exist_ok=True)
-  tok.save(str(path / "tokenizer.json"))
+  write_bpe_tokenizer(path, SPECIALS, CORPUS, post_bos=post_bos)
   with open(path / "tokenizer_config.json", "w") as f:
     json.dump(config, f)
   return tokenizers.HFTokenizer(path)

@@ -3,10 +3,11 @@
 import json
 
 import pytest
-import tokenizers as hf_tokenizers
 import transformers
 
 from rl_jax import tokenizers
+
+from bpe_tokenizer import write_bpe_tokenizer  # tests/bpe_tokenizer.py
 
 CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
           "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
@@ -18,15 +19,7 @@ CORPUS = ["What is 12 + 30?", "The answer is 42.", "Add the numbers: 7 + 8 = 15.
 
 
 def _build(path, chat_template=CHATML, pad="<pad>"):
-  tok = hf_tokenizers.Tokenizer(hf_tokenizers.models.BPE())
-  tok.pre_tokenizer = hf_tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-  tok.decoder = hf_tokenizers.decoders.ByteLevel()
-  trainer = hf_tokenizers.trainers.BpeTrainer(
-      vocab_size=300, special_tokens=SPECIALS,
-      initial_alphabet=hf_tokenizers.pre_tokenizers.ByteLevel.alphabet())
-  tok.train_from_iterator(CORPUS, trainer)
-  path.mkdir(parents=True, exist_ok=True)
-  tok.save(str(path / "tokenizer.json"))
+  write_bpe_tokenizer(path, SPECIALS, CORPUS)
   config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|im_start|>",
             "eos_token": {"__type": "AddedToken", "content": "<|im_end|>",
                           "special": True}, "pad_token": pad}
