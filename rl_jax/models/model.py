@@ -2,6 +2,8 @@
 
     params = init_params(cfg, rng)
     logits = forward(cfg, params, tokens, attention_mask)          # [B, T, V] float32
+    hidden, kv = hidden_states_and_kv(cfg, params, prefix, prefix_mask)
+    hidden = hidden_states_after(cfg, params, kv, prefix_mask, tokens, mask)  # no recompute
     cache = init_cache(cfg, batch, size)
     logits, cache = prefill(cfg, params, cache, prompt, prompt_mask)  # last-position logits
     logits, cache = decode_step(cfg, params, cache, next_tokens)    # [B, V] float32
@@ -61,6 +63,38 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens: jax.Array,
   key_mask = causal[None] & attention_mask[:, None, :]
   hidden, _ = Transformer(cfg).apply({"params": params}, tokens,
                                      positions_from_mask(attention_mask), key_mask)
+  return hidden
+
+
+def hidden_states_and_kv(cfg: ModelConfig, params: Params, tokens: jax.Array,
+                         attention_mask: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+  """`hidden_states`, plus every layer's keys/values [n_layers, B, T, KVH, hd] (a reusable
+  prefix for `hidden_states_after`)."""
+  attention_mask = attention_mask.astype(bool)
+  t = tokens.shape[1]
+  key_mask = jnp.tril(jnp.ones((t, t), bool))[None] & attention_mask[:, None, :]
+  return Transformer(cfg).apply({"params": params}, tokens, positions_from_mask(attention_mask),
+                                key_mask, return_kv=True)
+
+
+def hidden_states_after(cfg: ModelConfig, params: Params, prefix_kv: tuple[jax.Array, jax.Array],
+                        prefix_mask: jax.Array, tokens: jax.Array,
+                        attention_mask: jax.Array) -> jax.Array:
+  """Final-normed hidden states [B, L, D] of `tokens` [B, L] that follow a prefix.
+
+  `prefix_kv` is `hidden_states_and_kv`'s keys/values of B (left-padded) prefixes with mask
+  `prefix_mask` [B, P]; the tokens are right-padded (`attention_mask` [B, L]). Equal to a full
+  forward pass over prefix ++ tokens, without recomputing the prefix.
+  """
+  prefix_mask, attention_mask = prefix_mask.astype(bool), attention_mask.astype(bool)
+  b, l = tokens.shape
+  positions = (prefix_mask.sum(-1, dtype=jnp.int32)[:, None]
+               + positions_from_mask(attention_mask))
+  key_mask = jnp.concatenate(
+      [jnp.broadcast_to(prefix_mask[:, None, :], (b, l, prefix_mask.shape[1])),
+       jnp.tril(jnp.ones((l, l), bool))[None] & attention_mask[:, None, :]], axis=-1)
+  hidden, _ = Transformer(cfg).apply({"params": params}, tokens, positions, key_mask,
+                                     prefix=prefix_kv)
   return hidden
 
 

@@ -15,7 +15,6 @@ import jax.numpy as jnp
 
 from kernels import logprob
 from rl_jax import models
-from rl_jax.models.transformer import Transformer
 
 
 def completion_logprobs(cfg: models.ModelConfig, params, prompt: jax.Array,
@@ -26,7 +25,7 @@ def completion_logprobs(cfg: models.ModelConfig, params, prompt: jax.Array,
 
   With `group_size` G > 1 the rows come in contiguous groups of G that share one prompt (as every
   GRPO-style rollout does): the prompt runs through the model once per group, and each row's
-  completion attends to its group's prompt keys/values (the cached-decoding path, `models.extend`).
+  completion attends to its group's prompt keys/values as a prefix (`models.hidden_states_after`).
   Same values as G = 1 (tested), with the prompt's FLOPs divided by G; gradients reach the prompt
   positions from all G completions. Only the first row of each group's prompt is read.
 
@@ -76,22 +75,14 @@ def _shared_prompt_hidden(cfg: models.ModelConfig, params, prompt, prompt_mask, 
   buffers: writing into zero-initialized caches made the backward's compilation take ~1 GB more
   host memory on SmolLM2).
   """
-  b, t = completion.shape
+  b, _ = completion.shape
   if b % group_size:
     raise ValueError(f"{b} rows are not whole groups of group_size={group_size}")
-  p = prompt.shape[1]
   up, um = jnp.asarray(prompt)[::group_size], jnp.asarray(prompt_mask, bool)[::group_size]
-  causal = jnp.tril(jnp.ones((p, p), bool))
-  prompt_hidden, (k, v) = Transformer(cfg).apply(
-      {"params": params}, up, models.positions_from_mask(um), causal[None] & um[:, None, :],
-      return_kv=True)
+  prompt_hidden, (k, v) = models.hidden_states_and_kv(cfg, params, up, um)
   rows = jnp.repeat(jnp.arange(b // group_size), group_size)
   # The last completion token predicts nothing, so it is not fed.
-  comp, cmask = jnp.asarray(completion)[:, :-1], jnp.asarray(completion_mask, bool)[:, :-1]
-  positions = um.sum(-1, dtype=jnp.int32)[rows][:, None] + models.positions_from_mask(cmask)
-  key_mask = jnp.concatenate(
-      [jnp.broadcast_to(um[rows][:, None, :], (b, t - 1, p)),
-       jnp.tril(jnp.ones((t - 1, t - 1), bool))[None] & cmask[:, None, :]], axis=-1)
-  comp_hidden, _ = Transformer(cfg).apply(
-      {"params": params}, comp, positions, key_mask, prefix=(k[:, rows], v[:, rows]))
+  comp_hidden = models.hidden_states_after(
+      cfg, params, (k[:, rows], v[:, rows]), um[rows], jnp.asarray(completion)[:, :-1],
+      jnp.asarray(completion_mask, bool)[:, :-1])
   return jnp.concatenate([prompt_hidden[rows, -1:], comp_hidden], axis=1)

@@ -51,6 +51,30 @@ def test_cached_decode_equals_full_forward_left_padded(variant):
     np.testing.assert_allclose(full[r, p - lengths[r]:], ref[0], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("variant", [{}, {"qk_norm": True, "qkv_bias": True}])
+def test_hidden_states_after_a_prefix_equal_full_forward(variant):
+  """A left-padded prefix run once, its keys/values reused for right-padded continuations."""
+  cfg = _tiny(**variant)
+  params = models.init_params(cfg, jax.random.key(1))
+  rng = np.random.default_rng(1)
+  b, p, t = 3, 5, 4
+  pmask = np.arange(p)[None, :] >= (p - np.array([5, 2, 1]))[:, None]
+  prefix = np.where(pmask, rng.integers(1, cfg.vocab_size, (b, p)), 0)
+  cmask = np.arange(t)[None, :] < np.array([4, 1, 3])[:, None]
+  tokens = np.where(cmask, rng.integers(1, cfg.vocab_size, (b, t)), 0)
+  head, kv = models.hidden_states_and_kv(cfg, params, jnp.asarray(prefix), jnp.asarray(pmask))
+  assert kv[0].shape == (cfg.n_layers, b, p, cfg.n_kv_heads, cfg.hd)
+  tail = models.hidden_states_after(cfg, params, kv, jnp.asarray(pmask), jnp.asarray(tokens),
+                                    jnp.asarray(cmask))
+  full = models.hidden_states(cfg, params, jnp.asarray(np.concatenate([prefix, tokens], 1)),
+                              jnp.asarray(np.concatenate([pmask, cmask], 1)))
+  # Padding positions hold unused values; compare real tokens only.
+  np.testing.assert_allclose(np.where(pmask[..., None], head, 0),
+                             np.where(pmask[..., None], np.asarray(full)[:, :p], 0), atol=1e-5)
+  np.testing.assert_allclose(np.where(cmask[..., None], tail, 0),
+                             np.where(cmask[..., None], np.asarray(full)[:, p:], 0), atol=1e-5)
+
+
 def test_right_padding_matches_unpadded():
   cfg = _tiny()
   params = models.init_params(cfg, jax.random.key(1))
