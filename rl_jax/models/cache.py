@@ -22,15 +22,17 @@ class KVCache:
   """Keys/values of every layer plus the bookkeeping that makes left padding exact.
 
   Attributes:
-    k: [n_layers, B, S, n_kv_heads, head_dim] keys (after RoPE, after q/k norm).
-    v: [n_layers, B, S, n_kv_heads, head_dim] values.
+    k: n_layers arrays [B, n_kv_heads, S, head_dim]: keys (after RoPE, after q/k norm). One
+      buffer per layer, heads before slots, so attention reads each layer's cache as it is (no
+      slice or transpose) and a decode step updates it in place.
+    v: n_layers arrays [B, n_kv_heads, S, head_dim]: values.
     mask: [B, S] bool, True where the slot holds a real (non-padding) token.
     pos: [B] int32, position id the row's next real token gets.
     index: [] int32, the next slot to write (shared by all rows).
   """
 
-  k: jax.Array
-  v: jax.Array
+  k: tuple[jax.Array, ...]
+  v: tuple[jax.Array, ...]
   mask: jax.Array
   pos: jax.Array
   index: jax.Array
@@ -38,11 +40,12 @@ class KVCache:
   @property
   def size(self) -> int:
     """S: number of slots."""
-    return self.k.shape[2]
+    return self.k[0].shape[2]
 
   def take_rows(self, rows: jax.Array) -> "KVCache":
     """Returns the cache with row r replaced by row rows[r] (fork = copy a row into a slot)."""
-    return KVCache(k=self.k[:, rows], v=self.v[:, rows], mask=self.mask[rows],
+    return KVCache(k=tuple(x[rows] for x in self.k), v=tuple(x[rows] for x in self.v),
+                   mask=self.mask[rows],
                    pos=self.pos[rows], index=self.index)
 
 
@@ -51,10 +54,10 @@ def init_cache(cfg: ModelConfig, batch: int, size: int) -> KVCache:
   if size > cfg.max_seq_len:
     raise ValueError(f"cache size {size} (prompt + completion tokens) exceeds "
                      f"ModelConfig.max_seq_len={cfg.max_seq_len}")
-  shape = (cfg.n_layers, batch, size, cfg.n_kv_heads, cfg.hd)
+  shape = (batch, cfg.n_kv_heads, size, cfg.hd)
   return KVCache(
-      k=jnp.zeros(shape, cfg.compute_dtype),
-      v=jnp.zeros(shape, cfg.compute_dtype),
+      k=tuple(jnp.zeros(shape, cfg.compute_dtype) for _ in range(cfg.n_layers)),
+      v=tuple(jnp.zeros(shape, cfg.compute_dtype) for _ in range(cfg.n_layers)),
       mask=jnp.zeros((batch, size), bool),
       pos=jnp.zeros((batch,), jnp.int32),
       index=jnp.zeros((), jnp.int32),

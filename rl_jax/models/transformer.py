@@ -37,97 +37,139 @@ class RMSNorm(nn.Module):
     return (y * (1.0 + w if self.plus_one else w)).astype(x.dtype)
 
 
-def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> nn.Dense:
-  return nn.Dense(features, use_bias=bias, dtype=cfg.compute_dtype,
-                  param_dtype=cfg.params_dtype, name=name,
-                  kernel_init=nn.initializers.normal(0.02))
+class Dense(nn.Module):
+  """y = x @ kernel (+ bias): `nn.Dense`'s parameters ("kernel" [in, out], "bias" [out]).
+
+  With `kernel_out_in` the module is given the kernel transposed, [out, in] (the decode layout of
+  `models.decode_layout`), and computes y^T = kernel @ x^T. For the few rows of a decode step,
+  XLA on CPU runs that orientation (the weights as the left operand) about 1.4x faster than
+  x @ kernel (benchmarks/README.md); the two give the same values.
+  """
+
+  features: int
+  use_bias: bool
+  dtype: jnp.dtype
+  param_dtype: jnp.dtype
+  kernel_out_in: bool = False
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    d_in = x.shape[-1]
+    shape = (self.features, d_in) if self.kernel_out_in else (d_in, self.features)
+    kernel = self.param("kernel", nn.initializers.normal(0.02), shape,
+                        self.param_dtype).astype(self.dtype)
+    x = x.astype(self.dtype)
+    if self.kernel_out_in:
+      y = jax.lax.dot_general(kernel, x.reshape(-1, d_in), (((1,), (1,)), ((), ())))
+      y = y.T.reshape(*x.shape[:-1], self.features)
+    else:
+      y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+    if self.use_bias:
+      y = y + self.param("bias", nn.initializers.zeros, (self.features,),
+                         self.param_dtype).astype(self.dtype)
+    return y
+
+
+def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False,
+           kernel_out_in: bool = False) -> Dense:
+  return Dense(features, bias, cfg.compute_dtype, cfg.params_dtype, kernel_out_in, name=name)
 
 
 class Attention(nn.Module):
   """Grouped-query self-attention over the new tokens and (optionally) a cached prefix."""
 
   cfg: ModelConfig
+  kernel_out_in: bool = False
 
   @nn.compact
   def __call__(self, x, positions, key_mask, kv, write_index, layer=0, prefix=None):
     """x: [B, L, D]; key_mask: [B, L, S] (see Transformer).
 
-    prefix: None, or read-only (k, v) stacks [n_layers, B, P, KVH, hd] of earlier tokens: the
+    prefix: None, or read-only (k, v) stacks [n_layers, B, KVH, P, hd] of earlier tokens: the
     keys are this layer's prefix followed by the L new ones (S = P + L).
 
-    kv: None (no cache), or the whole cache's (k, v) stacks [n_layers, B, S, KVH, hd]: this
-    layer's new keys/values are written in place at (`layer`, slot `write_index`), so a decode
-    step never copies the cache.
+    kv: None (no cache), or this layer's cached (k, v), each [B, KVH, S, hd]: the new keys and
+    values are written in place at slot `write_index`. Each layer has its own buffers, so a
+    decode step neither copies, slices nor re-stacks the cache.
+
+    Keys and values are laid out [B, KVH, S, hd] (heads before slots), so both attention
+    matmuls batch over (B, KVH) with no transpose of the cache: with [B, S, KVH, hd], XLA on CPU
+    copied every layer's cache into that order each decode step (2/3 of a 128-row SmolLM2 step
+    at 140 slots).
     """
     cfg = self.cfg
     b, l, _ = x.shape
-    q = _dense(cfg, cfg.n_heads * cfg.hd, "q_proj", cfg.qkv_bias)(x)
-    k = _dense(cfg, cfg.n_kv_heads * cfg.hd, "k_proj", cfg.qkv_bias)(x)
-    v = _dense(cfg, cfg.n_kv_heads * cfg.hd, "v_proj", cfg.qkv_bias)(x)
+    q = _dense(cfg, cfg.n_heads * cfg.hd, "q_proj", cfg.qkv_bias, self.kernel_out_in)(x)
+    k = _dense(cfg, cfg.n_kv_heads * cfg.hd, "k_proj", cfg.qkv_bias, self.kernel_out_in)(x)
+    v = _dense(cfg, cfg.n_kv_heads * cfg.hd, "v_proj", cfg.qkv_bias, self.kernel_out_in)(x)
     q = q.reshape(b, l, cfg.n_heads, cfg.hd)
     k = k.reshape(b, l, cfg.n_kv_heads, cfg.hd)
-    v = v.reshape(b, l, cfg.n_kv_heads, cfg.hd)
+    v = v.reshape(b, l, cfg.n_kv_heads, cfg.hd).transpose(0, 2, 1, 3)  # [B, KVH, L, hd]
     if cfg.qk_norm:
       q = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="q_norm")(q)
       k = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="k_norm")(k)
     inv_freq = rope_frequencies(cfg)
     q = apply_rope(q, positions, inv_freq)
-    k = apply_rope(k, positions, inv_freq)
+    k = apply_rope(k, positions, inv_freq).transpose(0, 2, 1, 3)      # [B, KVH, L, hd]
     if kv is not None:
-      at = (layer, 0, write_index, 0, 0)
-      new_kv = tuple(jax.lax.dynamic_update_slice(stack, new[None].astype(stack.dtype), at)
-                     for stack, new in zip(kv, (k, v)))
-      k_all, v_all = new_kv[0][layer], new_kv[1][layer]
+      k_all, v_all = (jax.lax.dynamic_update_slice(buf, new.astype(buf.dtype),
+                                                   (0, 0, write_index, 0))
+                      for buf, new in zip(kv, (k, v)))
+      new_kv = (k_all, v_all)
     elif prefix is not None:
-      k_all = jnp.concatenate([prefix[0][layer].astype(k.dtype), k], axis=1)
-      v_all = jnp.concatenate([prefix[1][layer].astype(v.dtype), v], axis=1)
+      k_all = jnp.concatenate([prefix[0][layer].astype(k.dtype), k], axis=2)
+      v_all = jnp.concatenate([prefix[1][layer].astype(v.dtype), v], axis=2)
       new_kv = None
     else:
       k_all, v_all, new_kv = k, v, None
     groups = cfg.n_heads // cfg.n_kv_heads
     qg = q.reshape(b, l, cfg.n_kv_heads, groups, cfg.hd)
-    scores = jnp.einsum("blkgd,bskd->bkgls", qg, k_all.astype(qg.dtype),
+    scores = jnp.einsum("blkgd,bksd->bkgls", qg, k_all.astype(qg.dtype),
                         preferred_element_type=jnp.float32) * (cfg.hd ** -0.5)
     scores = jnp.where(key_mask[:, None, None, :, :], scores, _NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
-    out = jnp.einsum("bkgls,bskd->blkgd", probs, v_all.astype(cfg.compute_dtype))
+    out = jnp.einsum("bkgls,bksd->blkgd", probs, v_all.astype(cfg.compute_dtype))
     out = out.reshape(b, l, cfg.n_heads * cfg.hd)
-    return _dense(cfg, cfg.d_model, "o_proj")(out), new_kv, (k, v)
+    o_proj = _dense(cfg, cfg.d_model, "o_proj", kernel_out_in=self.kernel_out_in)
+    return o_proj(out), new_kv, (k, v)
 
 
 class MLP(nn.Module):
   """Gated MLP: down(act(gate(x)) * up(x)); SwiGLU or GeGLU."""
 
   cfg: ModelConfig
+  kernel_out_in: bool = False
 
   @nn.compact
   def __call__(self, x):
     cfg = self.cfg
-    gate = _dense(cfg, cfg.d_ff, "gate_proj")(x)
-    up = _dense(cfg, cfg.d_ff, "up_proj")(x)
+    gate = _dense(cfg, cfg.d_ff, "gate_proj", kernel_out_in=self.kernel_out_in)(x)
+    up = _dense(cfg, cfg.d_ff, "up_proj", kernel_out_in=self.kernel_out_in)(x)
     act = jax.nn.silu(gate) if cfg.mlp_activation == "silu" else jax.nn.gelu(gate, approximate=True)
-    return _dense(cfg, cfg.d_model, "down_proj")(act * up)
+    return _dense(cfg, cfg.d_model, "down_proj", kernel_out_in=self.kernel_out_in)(act * up)
 
 
 class Block(nn.Module):
   cfg: ModelConfig
+  kernel_out_in: bool = False
 
   @nn.compact
   def __call__(self, x, positions, key_mask, kv, write_index, layer=0, prefix=None):
     cfg = self.cfg
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="input_layernorm")(x)
-    a, new_kv, own_kv = Attention(cfg, name="self_attn")(h, positions, key_mask, kv, write_index,
-                                                         layer, prefix)
+    attn = Attention(cfg, self.kernel_out_in, name="self_attn")
+    a, new_kv, own_kv = attn(h, positions, key_mask, kv, write_index, layer, prefix)
     x = x + a
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype,
                 name="post_attention_layernorm")(x)
-    return x + MLP(cfg, name="mlp")(h), new_kv, own_kv
+    return x + MLP(cfg, self.kernel_out_in, name="mlp")(h), new_kv, own_kv
 
 
 class Transformer(nn.Module):
   """Token ids -> final-normed hidden states [B, L, D] (unembedding lives in `model.py`)."""
 
   cfg: ModelConfig
+  kernel_out_in: bool = False  # the kernels come in the decode layout ([out, in], lm_head [V, D])
 
   @nn.compact
   def __call__(self, tokens: jax.Array, positions: jax.Array, key_mask: jax.Array,
@@ -140,13 +182,13 @@ class Transformer(nn.Module):
       key_mask: [B, L, S] bool: query l may attend to key slot s (S = L without a cache).
       cache: if given, the L new keys/values are written at slot `cache.index` and attention
         runs over all S cache slots.
-      prefix: (without a cache) read-only (k, v) stacks [n_layers, B, P, KVH, hd] of P earlier
+      prefix: (without a cache) read-only (k, v) stacks [n_layers, B, KVH, P, hd] of P earlier
         tokens, e.g. a prompt shared by several rows; key_mask is then [B, L, P + L].
       return_kv: (without a cache) return the L tokens' own (k, v) stacks instead of None.
 
     Returns:
-      (hidden [B, L, D] in the compute dtype, updated cache (k, v) stacks, the tokens' own (k, v)
-      stacks when return_kv, or None).
+      (hidden [B, L, D] in the compute dtype, then: the updated cache's per-layer (k, v) tuples;
+      without a cache, the tokens' own (k, v) stacks when return_kv, else None).
     """
     cfg = self.cfg
     embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
@@ -155,18 +197,24 @@ class Transformer(nn.Module):
     x = embed(tokens)
     if cfg.scale_embeddings:
       x = x * jnp.asarray(cfg.d_model ** 0.5, x.dtype)
-    kv = None if cache is None else (cache.k, cache.v)
     write_index = None if cache is None else cache.index
-    own_k, own_v = [], []
+    new_k, new_v, own_k, own_v = [], [], [], []
     for i in range(cfg.n_layers):
-      x, kv, own = Block(cfg, name=f"layers_{i}")(x, positions, key_mask, kv, write_index, i,
-                                                  prefix)
+      kv = None if cache is None else (cache.k[i], cache.v[i])
+      block = Block(cfg, self.kernel_out_in, name=f"layers_{i}")
+      x, kv, own = block(x, positions, key_mask, kv, write_index, i, prefix)
+      if kv is not None:
+        new_k.append(kv[0])
+        new_v.append(kv[1])
       own_k.append(own[0])
       own_v.append(own[1])
     x = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="norm")(x)
     if not cfg.tie_embeddings:  # Otherwise the transposed embedding is the unembedding.
-      self.param("lm_head", nn.initializers.normal(0.02), (cfg.d_model, cfg.vocab_size),
-                 cfg.params_dtype)
-    if return_kv and cache is None:
+      shape = (cfg.vocab_size, cfg.d_model) if self.kernel_out_in else (cfg.d_model,
+                                                                        cfg.vocab_size)
+      self.param("lm_head", nn.initializers.normal(0.02), shape, cfg.params_dtype)
+    if cache is not None:
+      return x, (tuple(new_k), tuple(new_v))
+    if return_kv:
       return x, (jnp.stack(own_k), jnp.stack(own_v))
-    return x, kv
+    return x, None
