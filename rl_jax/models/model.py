@@ -5,9 +5,8 @@
     hidden, kv = hidden_states_and_kv(cfg, params, prefix, prefix_mask)
     hidden = hidden_states_after(cfg, params, kv, prefix_mask, tokens, mask)  # no recompute
     cache = init_cache(cfg, batch, size)
-    dparams = decode_layout(params)         # optional: the faster layout for decoding, once
-    logits, cache = prefill(cfg, dparams, cache, prompt, prompt_mask)  # last-position logits
-    logits, cache = decode_step(cfg, dparams, cache, next_tokens)    # [B, V] float32
+    logits, cache = prefill(cfg, params, cache, prompt, prompt_mask)  # last-position logits
+    logits, cache = decode_step(cfg, params, cache, next_tokens)    # [B, V] float32
 
 Left- or right-padded input works: position ids are `cumsum(mask) - 1`, and padding keys are
 never attended to.
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 
@@ -26,39 +24,6 @@ from rl_jax.models.config import ModelConfig
 from rl_jax.models.transformer import Transformer
 
 Params = Any
-
-
-@flax.struct.dataclass
-class DecodeParams:
-  """Parameters in the decode layout: every decoder-block kernel transposed to [out, in], and an
-  untied `lm_head` to [V, D] (a tied embedding already is).
-
-  `prefill`, `decode_step` and `extend` take these or plain parameters (same values). A decode
-  step multiplies the weights by a few rows only; XLA on CPU runs `kernel @ x^T` with [out, in]
-  kernels about 1.4x faster than `x @ kernel` there (SmolLM2, 32 rows), so the samplers
-  transpose once per call (`decode_layout`) and decode every token with the copy. The copy costs
-  one more set of block weights in memory while sampling.
-  """
-
-  params: Params
-
-
-def decode_layout(params: Params) -> DecodeParams:
-  """`params` with each decoder block's kernel transposed (a no-op for `DecodeParams`)."""
-  if isinstance(params, DecodeParams):
-    return params
-  def leaf(path, x):
-    name, last = str(getattr(path[0], "key", "")), getattr(path[-1], "key", None)
-    in_block = name.startswith("layers_") and last == "kernel"
-    return x.T if in_block or name == "lm_head" else x
-  return DecodeParams(jax.tree_util.tree_map_with_path(leaf, params))
-
-
-def _plain(params) -> tuple[Params, bool]:
-  """(the parameter tree, whether its block kernels are in the decode layout)."""
-  if isinstance(params, DecodeParams):
-    return params.params, True
-  return params, False
 
 
 def init_params(cfg: ModelConfig, rng: jax.Array) -> Params:
@@ -77,14 +42,6 @@ def unembedding(cfg: ModelConfig, params: Params) -> jax.Array:
 
 def logits_from_hidden(cfg: ModelConfig, params: Params, hidden: jax.Array) -> jax.Array:
   """hidden [..., D] -> float32 logits [..., V]."""
-  params, out_in = _plain(params)
-  if out_in:  # [V, D] @ hidden^T, the orientation of the decode layout's block matmuls.
-    w = (params["embed_tokens"]["embedding"] if cfg.tie_embeddings
-         else params["lm_head"]).astype(cfg.compute_dtype)
-    flat = hidden.reshape(-1, hidden.shape[-1]).astype(cfg.compute_dtype)
-    logits = jax.lax.dot_general(w, flat, (((1,), (1,)), ((), ())),
-                                 preferred_element_type=jnp.float32)
-    return logits.T.reshape(*hidden.shape[:-1], -1)
   w = unembedding(cfg, params).astype(cfg.compute_dtype)
   return jnp.einsum("...d,dv->...v", hidden.astype(cfg.compute_dtype), w,
                     preferred_element_type=jnp.float32)
@@ -149,11 +106,7 @@ def forward(cfg: ModelConfig, params: Params, tokens: jax.Array,
 
 def extend(cfg: ModelConfig, params: Params, cache: KVCache, tokens: jax.Array,
            mask: jax.Array) -> tuple[jax.Array, KVCache]:
-  """Appends a block of L tokens [B, L] (mask [B, L]) to the cache; returns hidden [B, L, D].
-
-  `params` may be plain or `DecodeParams`.
-  """
-  tree, out_in = _plain(params)
+  """Appends a block of L tokens [B, L] (mask [B, L]) to the cache; returns hidden [B, L, D]."""
   b, l = tokens.shape
   mask = mask.astype(bool)
   kv_mask = jax.lax.dynamic_update_slice(cache.mask, mask, (0, cache.index))
@@ -161,8 +114,7 @@ def extend(cfg: ModelConfig, params: Params, cache: KVCache, tokens: jax.Array,
   slots = jnp.arange(cache.size)
   query_slots = cache.index + jnp.arange(l)
   key_mask = (slots[None, :] <= query_slots[:, None])[None] & kv_mask[:, None, :]
-  hidden, (k, v) = Transformer(cfg, out_in).apply({"params": tree}, tokens, positions, key_mask,
-                                                  cache)
+  hidden, (k, v) = Transformer(cfg).apply({"params": params}, tokens, positions, key_mask, cache)
   new_cache = KVCache(k=k, v=v, mask=kv_mask,
                       pos=cache.pos + mask.sum(axis=-1, dtype=jnp.int32),
                       index=cache.index + l)

@@ -37,49 +37,16 @@ class RMSNorm(nn.Module):
     return (y * (1.0 + w if self.plus_one else w)).astype(x.dtype)
 
 
-class Dense(nn.Module):
-  """y = x @ kernel (+ bias): `nn.Dense`'s parameters ("kernel" [in, out], "bias" [out]).
-
-  With `kernel_out_in` the module is given the kernel transposed, [out, in] (the decode layout of
-  `models.decode_layout`), and computes y^T = kernel @ x^T. For the few rows of a decode step,
-  XLA on CPU runs that orientation (the weights as the left operand) about 1.4x faster than
-  x @ kernel (benchmarks/README.md); the two give the same values.
-  """
-
-  features: int
-  use_bias: bool
-  dtype: jnp.dtype
-  param_dtype: jnp.dtype
-  kernel_out_in: bool = False
-
-  @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
-    d_in = x.shape[-1]
-    shape = (self.features, d_in) if self.kernel_out_in else (d_in, self.features)
-    kernel = self.param("kernel", nn.initializers.normal(0.02), shape,
-                        self.param_dtype).astype(self.dtype)
-    x = x.astype(self.dtype)
-    if self.kernel_out_in:
-      y = jax.lax.dot_general(kernel, x.reshape(-1, d_in), (((1,), (1,)), ((), ())))
-      y = y.T.reshape(*x.shape[:-1], self.features)
-    else:
-      y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
-    if self.use_bias:
-      y = y + self.param("bias", nn.initializers.zeros, (self.features,),
-                         self.param_dtype).astype(self.dtype)
-    return y
-
-
-def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False,
-           kernel_out_in: bool = False) -> Dense:
-  return Dense(features, bias, cfg.compute_dtype, cfg.params_dtype, kernel_out_in, name=name)
+def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> nn.Dense:
+  return nn.Dense(features, use_bias=bias, dtype=cfg.compute_dtype,
+                  param_dtype=cfg.params_dtype, name=name,
+                  kernel_init=nn.initializers.normal(0.02))
 
 
 class Attention(nn.Module):
   """Grouped-query self-attention over the new tokens and (optionally) a cached prefix."""
 
   cfg: ModelConfig
-  kernel_out_in: bool = False
 
   @nn.compact
   def __call__(self, x, positions, key_mask, kv, write_index, layer=0, prefix=None):
@@ -93,15 +60,17 @@ class Attention(nn.Module):
     decode step neither copies, slices nor re-stacks the cache.
 
     Keys and values are laid out [B, KVH, S, hd] (heads before slots), so both attention
-    matmuls batch over (B, KVH) with no transpose of the cache: with [B, S, KVH, hd], XLA on CPU
-    copied every layer's cache into that order each decode step (2/3 of a 128-row SmolLM2 step
-    at 140 slots).
+    matmuls batch over (B, KVH) and the values are read as stored. With [B, S, KVH, hd], XLA on
+    CPU re-laid-out both caches of every layer each decode step; it still does so for the keys
+    (to [.., hd, S] for the score matmul). Measured on a SmolLM2-shaped decode step, 1 thread:
+    128 rows x 140 slots 507-541 -> 401-477 ms; 32 rows x 44 slots unchanged (~120-165 ms,
+    within noise).
     """
     cfg = self.cfg
     b, l, _ = x.shape
-    q = _dense(cfg, cfg.n_heads * cfg.hd, "q_proj", cfg.qkv_bias, self.kernel_out_in)(x)
-    k = _dense(cfg, cfg.n_kv_heads * cfg.hd, "k_proj", cfg.qkv_bias, self.kernel_out_in)(x)
-    v = _dense(cfg, cfg.n_kv_heads * cfg.hd, "v_proj", cfg.qkv_bias, self.kernel_out_in)(x)
+    q = _dense(cfg, cfg.n_heads * cfg.hd, "q_proj", cfg.qkv_bias)(x)
+    k = _dense(cfg, cfg.n_kv_heads * cfg.hd, "k_proj", cfg.qkv_bias)(x)
+    v = _dense(cfg, cfg.n_kv_heads * cfg.hd, "v_proj", cfg.qkv_bias)(x)
     q = q.reshape(b, l, cfg.n_heads, cfg.hd)
     k = k.reshape(b, l, cfg.n_kv_heads, cfg.hd)
     v = v.reshape(b, l, cfg.n_kv_heads, cfg.hd).transpose(0, 2, 1, 3)  # [B, KVH, L, hd]
@@ -130,46 +99,42 @@ class Attention(nn.Module):
     probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
     out = jnp.einsum("bkgls,bksd->blkgd", probs, v_all.astype(cfg.compute_dtype))
     out = out.reshape(b, l, cfg.n_heads * cfg.hd)
-    o_proj = _dense(cfg, cfg.d_model, "o_proj", kernel_out_in=self.kernel_out_in)
-    return o_proj(out), new_kv, (k, v)
+    return _dense(cfg, cfg.d_model, "o_proj")(out), new_kv, (k, v)
 
 
 class MLP(nn.Module):
   """Gated MLP: down(act(gate(x)) * up(x)); SwiGLU or GeGLU."""
 
   cfg: ModelConfig
-  kernel_out_in: bool = False
 
   @nn.compact
   def __call__(self, x):
     cfg = self.cfg
-    gate = _dense(cfg, cfg.d_ff, "gate_proj", kernel_out_in=self.kernel_out_in)(x)
-    up = _dense(cfg, cfg.d_ff, "up_proj", kernel_out_in=self.kernel_out_in)(x)
+    gate = _dense(cfg, cfg.d_ff, "gate_proj")(x)
+    up = _dense(cfg, cfg.d_ff, "up_proj")(x)
     act = jax.nn.silu(gate) if cfg.mlp_activation == "silu" else jax.nn.gelu(gate, approximate=True)
-    return _dense(cfg, cfg.d_model, "down_proj", kernel_out_in=self.kernel_out_in)(act * up)
+    return _dense(cfg, cfg.d_model, "down_proj")(act * up)
 
 
 class Block(nn.Module):
   cfg: ModelConfig
-  kernel_out_in: bool = False
 
   @nn.compact
   def __call__(self, x, positions, key_mask, kv, write_index, layer=0, prefix=None):
     cfg = self.cfg
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="input_layernorm")(x)
-    attn = Attention(cfg, self.kernel_out_in, name="self_attn")
-    a, new_kv, own_kv = attn(h, positions, key_mask, kv, write_index, layer, prefix)
+    a, new_kv, own_kv = Attention(cfg, name="self_attn")(h, positions, key_mask, kv, write_index,
+                                                         layer, prefix)
     x = x + a
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype,
                 name="post_attention_layernorm")(x)
-    return x + MLP(cfg, self.kernel_out_in, name="mlp")(h), new_kv, own_kv
+    return x + MLP(cfg, name="mlp")(h), new_kv, own_kv
 
 
 class Transformer(nn.Module):
   """Token ids -> final-normed hidden states [B, L, D] (unembedding lives in `model.py`)."""
 
   cfg: ModelConfig
-  kernel_out_in: bool = False  # the kernels come in the decode layout ([out, in], lm_head [V, D])
 
   @nn.compact
   def __call__(self, tokens: jax.Array, positions: jax.Array, key_mask: jax.Array,
@@ -201,8 +166,8 @@ class Transformer(nn.Module):
     new_k, new_v, own_k, own_v = [], [], [], []
     for i in range(cfg.n_layers):
       kv = None if cache is None else (cache.k[i], cache.v[i])
-      block = Block(cfg, self.kernel_out_in, name=f"layers_{i}")
-      x, kv, own = block(x, positions, key_mask, kv, write_index, i, prefix)
+      x, kv, own = Block(cfg, name=f"layers_{i}")(x, positions, key_mask, kv, write_index, i,
+                                                  prefix)
       if kv is not None:
         new_k.append(kv[0])
         new_v.append(kv[1])
@@ -210,9 +175,8 @@ class Transformer(nn.Module):
       own_v.append(own[1])
     x = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="norm")(x)
     if not cfg.tie_embeddings:  # Otherwise the transposed embedding is the unembedding.
-      shape = (cfg.vocab_size, cfg.d_model) if self.kernel_out_in else (cfg.d_model,
-                                                                        cfg.vocab_size)
-      self.param("lm_head", nn.initializers.normal(0.02), shape, cfg.params_dtype)
+      self.param("lm_head", nn.initializers.normal(0.02), (cfg.d_model, cfg.vocab_size),
+                 cfg.params_dtype)
     if cache is not None:
       return x, (tuple(new_k), tuple(new_v))
     if return_kv:

@@ -79,7 +79,6 @@ def generate_with_cache(params, prompt: jax.Array, prompt_mask: jax.Array, rng: 
   tree sampler can fork a row at any position without recomputing its prefix.
   """
   b, p = prompt.shape
-  params = models.decode_layout(params)  # Transposed once; every decode step reads the copy.
   cache = models.init_cache(cfg, b, cache_size or p + max_new_tokens)
   logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
   if num_samples > 1:

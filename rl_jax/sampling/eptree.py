@@ -108,7 +108,7 @@ def continue_rows(params, cache: models.KVCache, rows: jax.Array, keep: jax.Arra
   """Forks cache rows and samples continuations without recomputing their prefixes.
 
   Args:
-    params: policy parameters (plain or `models.DecodeParams`).
+    params: policy parameters.
     cache: the cache of the rows to fork from.
     rows: [F] row of `cache` each continuation copies.
     keep: [F, S] bool, slots of the prefix to keep (prompt + completion tokens before the last
@@ -177,8 +177,6 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
   n_prompt = np.asarray(prompt_mask).sum(-1)
   rows0 = np.repeat(np.arange(b), m)
   cache_size = p + (o.rounds + 1) * t_max
-  # The decode layout once for all rounds (each jitted round would transpose it again).
-  params = _decode_layout(params)
   out, cache = generate_with_cache(params, jnp.asarray(prompt), jnp.asarray(prompt_mask),
                                    jax.random.fold_in(rng, 0), cfg=cfg, strategy=strategy,
                                    max_new_tokens=t_max, eos_id=eos_id, pad_id=pad_id,
@@ -312,9 +310,6 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
   tree = Tree(parent=forest.parent, depth=forest.depth, leaf_node=inc, node_of=node_of)
   return EPTreeRollout(tokens=tokens[order], mask=mask[order], logp=logp[order], tree=tree,
                        fork_pos=own_start[order].astype(np.int32), decode_tokens=decode_tokens)
-
-
-_decode_layout = jax.jit(models.decode_layout)
 
 
 def _concat_caches(a: models.KVCache, c: models.KVCache) -> models.KVCache:

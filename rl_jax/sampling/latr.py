@@ -160,7 +160,6 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
   n = b * k
   force = o.force_return_step or t_max
   max_window = max(o.windows)
-  params = models.decode_layout(params)  # Transposed once for every decode step below.
   cache = models.init_cache(cfg, b, p + t_max)
   logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
   root_rows = jnp.repeat(jnp.arange(b), k)

@@ -15,18 +15,15 @@ def _tiny(**kw):
   return models.ModelConfig(**base)
 
 
-@pytest.mark.parametrize("decode_layout", [False, True])
 @pytest.mark.parametrize("variant", [{}, {"qkv_bias": True, "tie_embeddings": False},
                                      {"qk_norm": True, "mlp_activation": "gelu_tanh",
                                       "scale_embeddings": True, "norm_plus_one": True}])
-def test_cached_decode_equals_full_forward_left_padded(variant, decode_layout):
+def test_cached_decode_equals_full_forward_left_padded(variant):
   cfg = _tiny(**variant)
   params = models.init_params(cfg, jax.random.key(0))
   # Perturb norm weights so the zero-init (1 + w) norm is exercised too.
   params = jax.tree_util.tree_map_with_path(
       lambda p, x: x + 0.1 if "layernorm" in jax.tree_util.keystr(p) else x, params)
-  # The sampler decodes with the transposed copy; the full forward below uses `params` as stored.
-  dec = models.decode_layout(params) if decode_layout else params
   rng = np.random.default_rng(0)
   b, p, t = 3, 6, 5
   lengths = np.array([6, 3, 1])  # Prompts of different lengths, left-padded to P.
@@ -36,10 +33,10 @@ def test_cached_decode_equals_full_forward_left_padded(variant, decode_layout):
   completion = rng.integers(1, cfg.vocab_size, (b, t))
 
   cache = models.init_cache(cfg, b, p + t)
-  logits0, cache = models.prefill(cfg, dec, cache, jnp.asarray(prompt), jnp.asarray(prompt_mask))
+  logits0, cache = models.prefill(cfg, params, cache, jnp.asarray(prompt), jnp.asarray(prompt_mask))
   step_logits = [logits0]
   for i in range(t - 1):
-    logits, cache = models.decode_step(cfg, dec, cache, jnp.asarray(completion[:, i]))
+    logits, cache = models.decode_step(cfg, params, cache, jnp.asarray(completion[:, i]))
     step_logits.append(logits)
   cached = np.stack(step_logits, axis=1)  # [B, T, V]: logits predicting completion[:, i].
 
@@ -52,20 +49,6 @@ def test_cached_decode_equals_full_forward_left_padded(variant, decode_layout):
     alone = np.concatenate([prompt[r, p - lengths[r]:], completion[r]])[None]
     ref = np.asarray(models.forward(cfg, params, jnp.asarray(alone)))
     np.testing.assert_allclose(full[r, p - lengths[r]:], ref[0], atol=1e-5, rtol=0)
-
-
-def test_decode_layout_transposes_block_kernels_and_untied_head_only():
-  cfg = _tiny(tie_embeddings=False, qkv_bias=True)
-  params = models.init_params(cfg, jax.random.key(0))
-  dec = models.decode_layout(params)
-  assert isinstance(dec, models.DecodeParams)
-  assert models.decode_layout(dec) is dec  # Already in the decode layout: unchanged.
-  flat = dict(jax.tree_util.tree_flatten_with_path(params)[0])
-  for path, x in jax.tree_util.tree_flatten_with_path(dec.params)[0]:
-    name = jax.tree_util.keystr(path)
-    transposed = ("layers_" in name and name.endswith("['kernel']")) or "lm_head" in name
-    np.testing.assert_array_equal(x, flat[path].T if transposed else flat[path], err_msg=name)
-  assert dec.params["layers_0"]["mlp"]["gate_proj"]["kernel"].shape == (cfg.d_ff, cfg.d_model)
 
 
 @pytest.mark.parametrize("variant", [{}, {"qk_norm": True, "qkv_bias": True}])
