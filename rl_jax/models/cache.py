@@ -23,8 +23,8 @@ class KVCache:
 
   Attributes:
     k: n_layers arrays [B, n_kv_heads, S, head_dim]: keys (after RoPE, after q/k norm). One
-      buffer per layer, heads before slots, so attention reads each layer's cache as it is (no
-      slice or transpose) and a decode step updates it in place.
+      buffer per layer (no slice of a stacked array), heads before slots (the attention matmuls
+      batch over B and heads); a decode step writes its slot in place.
     v: n_layers arrays [B, n_kv_heads, S, head_dim]: values.
     mask: [B, S] bool, True where the slot holds a real (non-padding) token.
     pos: [B] int32, position id the row's next real token gets.
