@@ -8,14 +8,17 @@ For B prompts and K leaves per prompt, in one process, on the same parameters:
 * independent: `sampling.generate` of K samples per prompt, B·K rows (the rollout temperature);
 * LATR: `sampling.latr.latr_generate` with K slots per prompt (defaults of `config.rl.latr`, the
   lookahead windows clipped to the length limit);
-* EPTree: `sampling.eptree.eptree_rollout` with options giving K leaves per prompt.
+* EPTree: `sampling.eptree.eptree_rollout` with options giving K leaves per prompt, twice:
+  `eptree` with the learning comparison's options (fork points anywhere, as the reference), and
+  `eptree_late` with (M, N, L, T) = (1, K-1, 1, 1) and `min_prefix_fraction=0.5` (one chain per
+  prompt, forked at its K-1 most uncertain tokens in its second half; not the reference).
 
 Per method: `decode_tokens_per_leaf` (tokens the live rows decoded, a fork's shared prefix once,
 pruned branches included, divided by the B·K finished leaves), `distinct_leaves` (distinct
 completions per prompt, mean over prompts), `decode_tokens_per_distinct_leaf`, and wall time
 (median of --repeats jitted runs after a warm-up). Prints one JSON line with the ratios tree /
-independent. Goals (issue #5): decode_tokens_per_leaf ratio <= 0.6 and distinct leaves >=
-independent's.
+independent per method, and per policy `goals_met_by`, the tree methods that meet both goals
+(issue #5): decode_tokens_per_leaf ratio <= 0.6 and distinct leaves >= independent's.
 
 The tiny policy is the default experiment's SFT checkpoint (`--sft_workdir`, a work dir with a
 finished SFT phase; without one the benchmark trains it first into --cache_dir, ~3 minutes).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -61,10 +65,24 @@ def _timed(fn, repeats: int):
   return out, statistics.median(times)
 
 
+def late_forks(leaves: int) -> eptree.EPTreeOptions:
+  """`eptree_late`: one chain per prompt forked at its K-1 most uncertain second-half tokens."""
+  return eptree.EPTreeOptions(num_chains=1, forks_per_round=leaves - 1, rounds=1, branches=1,
+                              min_prefix_fraction=0.5)
+
+
 def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strategy, leaves: int,
             max_new_tokens: int, eos_id: int, pad_id: int, latr_options: latr.LatrOptions,
-            eptree_options: eptree.EPTreeOptions, repeats: int, seed: int = 0) -> dict:
-  """The measurements of the module docstring for B prompts (one row each) and K = `leaves`."""
+            eptree_options: dict[str, eptree.EPTreeOptions], repeats: int,
+            seed: int = 0) -> dict:
+  """The measurements of the module docstring for B prompts (one row each) and K = `leaves`.
+
+  `eptree_options` maps a method name to EPTree options with K leaves per prompt.
+  """
+  for name, o in eptree_options.items():
+    if o.leaves != leaves:
+      raise ValueError(f"EPTree options {name!r} give M(1+L·N·T)={o.leaves} leaves per prompt, "
+                       f"the comparison needs {leaves}")
   b = len(prompt)
   key = jax.random.key(seed)
   kw = dict(cfg=cfg, strategy=strategy, max_new_tokens=max_new_tokens, eos_id=eos_id,
@@ -75,8 +93,9 @@ def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strateg
                                                    options=latr_options, num_slots=leaves, **kw),
                         repeats)
   # EPTree returns host arrays (its rounds synchronize with the host).
-  ep, ep_s = _timed(lambda: eptree.eptree_rollout(params, prompt, prompt_mask, key,
-                                                  options=eptree_options, **kw), repeats)
+  eps = {name: _timed(functools.partial(eptree.eptree_rollout, params, prompt, prompt_mask, key,
+                                        options=o, **kw), repeats)
+         for name, o in eptree_options.items()}
   n = b * leaves
 
   def stats(decoded, tokens, mask, seconds, **extra):
@@ -91,9 +110,12 @@ def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strateg
                     forks=int(tree.num_forks), pruned=int(tree.num_pruned),
                     filled_slots=int(np.asarray(tree.filled).sum()),
                     tree_steps=int(tree.tree_steps)),
-      "eptree": stats(ep.decode_tokens, ep.tokens, ep.mask, ep_s),
+      **{name: stats(ep.decode_tokens, ep.tokens, ep.mask, ep_s,
+                     mean_fork_pos=round(float(ep.fork_pos[ep.fork_pos > 0].mean()), 2)
+                     if (ep.fork_pos > 0).any() else 0.0)
+         for name, (ep, ep_s) in eps.items()},
   }
-  for name in ("latr", "eptree"):
+  for name in ("latr", *eps):
     res[f"{name}_ratios"] = {
         k: round(res[name][k] / res["independent"][k], 4)
         for k in ("decode_tokens_per_leaf", "distinct_leaves", "decode_tokens_per_distinct_leaf",
@@ -101,6 +123,7 @@ def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strateg
     r = res[f"{name}_ratios"]
     r["goals_met"] = bool(r["decode_tokens_per_leaf"] <= GOAL_TOKENS
                           and r["distinct_leaves"] >= GOAL_DISTINCT)
+  res["goals_met_by"] = [name for name in ("latr", *eps) if res[f"{name}_ratios"]["goals_met"]]
   return res
 
 
@@ -171,14 +194,17 @@ def main(argv=None) -> dict:
   params, prompt, mask, cfg, tok, config = tiny_policy(args)
   t = config.sampling.max_new_tokens
   latr_opts, ep_opts = sweep_options(config)
+  late = late_forks(args.leaves)
   out = {"tiny": compare(params, prompt, mask, cfg=cfg,
                          strategy=sampling.Sampling(config.sampling.temperature),
                          leaves=args.leaves, max_new_tokens=t, eos_id=tok.eos_id,
-                         pad_id=tok.pad_id, latr_options=latr_opts, eptree_options=ep_opts,
+                         pad_id=tok.pad_id, latr_options=latr_opts,
+                         eptree_options={"eptree": ep_opts, "eptree_late": late},
                          repeats=args.repeats),
          "tiny_setup": {"prompts": args.prompts, "leaves": args.leaves, "max_new_tokens": t,
                         "latr": dataclasses.asdict(latr_opts),
-                        "eptree": dataclasses.asdict(ep_opts)}}
+                        "eptree": dataclasses.asdict(ep_opts),
+                        "eptree_late": dataclasses.asdict(late)}}
   if args.smollm2_dir and os.path.isdir(args.smollm2_dir):
     params, prompt, mask, cfg, tok = smollm2_policy(args)
     # Fork points close to the length limit give continuations of a token or two, which repeat
@@ -191,9 +217,10 @@ def main(argv=None) -> dict:
                              leaves=args.leaves, max_new_tokens=args.smollm2_tokens,
                              eos_id=tok.eos_id, pad_id=tok.pad_id,
                              latr_options=rollouts.latr_options(common.base()),
-                             eptree_options=smol_ep, repeats=1)
+                             eptree_options={"eptree": smol_ep, "eptree_late": late}, repeats=1)
     out["smollm2_setup"] = {"prompts": args.smollm2_prompts, "max_new_tokens": args.smollm2_tokens,
-                            "eptree": dataclasses.asdict(smol_ep)}
+                            "eptree": dataclasses.asdict(smol_ep),
+                            "eptree_late": dataclasses.asdict(late)}
   else:
     out["smollm2"] = None
     out["smollm2_reason"] = ("pass --smollm2_dir (python -m rl_jax.models.convert_gguf --out "

@@ -92,9 +92,12 @@ def base() -> ml_collections.ConfigDict:
           mix_schedule=((0, 1.0), (100, 0.75), (200, 0.5), (300, 0.25)))),
       # EPTree (rl_jax/sampling/eptree.py): (M, N, L, T) = (num_chains, forks_per_round, rounds,
       # branches); the reference script uses (6, 2, 1, 2) and keeps 16 of the 30 leaves.
-      # min_tokens_left: fork points need that many tokens before the length limit (0 = off).
+      # min_tokens_left: fork points need that many tokens before the length limit (0 = off);
+      # min_prefix_fraction: ... and that share of their row before them (0 = off). Both are
+      # rl_jax options, off in the reference.
       eptree=ml_collections.ConfigDict(dict(num_chains=6, forks_per_round=2, rounds=1,
-                                            branches=2, min_tokens_left=0))))
+                                            branches=2, min_tokens_left=0,
+                                            min_prefix_fraction=0.0))))
   c.control = ml_collections.ConfigDict(dict(enabled=True))
   c.eval = ml_collections.ConfigDict(dict(num_samples=4, temperatures=(0.3, 0.5, 0.7, 1.0),
                                           batch_size=500))

@@ -15,7 +15,9 @@ Masking rules for fork points: padding after EOS and EOS itself (resampling the 
 answer mostly reproduces it); the first token of every continuation segment
 (forking there would duplicate its siblings' fork point); tokens already used as fork points; and
 optionally every token after one in `stop_tokens` (the reference masks text after "answer" /
-"conclusion"; pass those token ids).
+"conclusion"; pass those token ids). Two options not in the reference restrict where forks go:
+`min_tokens_left` (not too close to the length limit) and `min_prefix_fraction` (not in the
+first part of a row, so continuations share a real prefix).
 
 The tree is recorded as `types.Tree`: node 0 is the prompt; every chain is a node of depth 1; a
 fork inside a segment splits it (the tail becomes a child node) and each continuation is a new
@@ -51,6 +53,13 @@ class EPTreeOptions:
     min_tokens_left: a fork point needs at least this many tokens before the length limit
       (T − t >= min_tokens_left); continuations cut short by the limit mostly repeat their
       siblings. 0 = no restriction (the reference).
+    min_prefix_fraction: a fork point at completion position t of a row whose completion has
+      n tokens needs t >= min_prefix_fraction · n: at least that share of the row is the prefix
+      its continuations share. 0 = no restriction (the reference). Not in the reference: on
+      short answers (~100 tokens) the largest −log p tokens come first (the opening words), and
+      continuations forked there are as long as independent samples, so the tree saves no
+      decode tokens and its segment advantages cover almost the whole answer. 0.5 restricts
+      forks to the second half of each row.
   """
 
   num_chains: int = 6
@@ -59,6 +68,7 @@ class EPTreeOptions:
   branches: int = 2
   stop_tokens: tuple[int, ...] = ()
   min_tokens_left: int = 0
+  min_prefix_fraction: float = 0.0
 
   def __post_init__(self):
     for name in ("num_chains", "forks_per_round", "branches"):
@@ -66,6 +76,9 @@ class EPTreeOptions:
         raise ValueError(f"EPTreeOptions.{name} must be >= 1, got {getattr(self, name)}")
     if self.min_tokens_left < 0:
       raise ValueError(f"EPTreeOptions.min_tokens_left must be >= 0, got {self.min_tokens_left}")
+    if not 0.0 <= self.min_prefix_fraction < 1.0:
+      raise ValueError("EPTreeOptions.min_prefix_fraction must be in [0, 1), got "
+                       f"{self.min_prefix_fraction}")
     if self.rounds < 0:
       raise ValueError(f"EPTreeOptions.rounds must be >= 0, got {self.rounds}")
 
@@ -78,6 +91,9 @@ class EPTreeOptions:
   def max_nodes(self) -> int:
     """Node capacity per prompt: root + chains + (one split + T children) per fork."""
     return 1 + self.num_chains * (1 + self.rounds * self.forks_per_round * (1 + self.branches))
+
+
+_STEP_BUCKET = 8
 
 
 @dataclasses.dataclass
@@ -206,6 +222,7 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
     ok &= ~((positions == own_start[:, None]) & is_cont[:, None])
     ok &= tokens != eos_id
     ok &= positions <= t_max - o.min_tokens_left
+    ok &= positions >= np.ceil(o.min_prefix_fraction * mask.sum(1, keepdims=True))
     if stop is not None:
       ok &= ~(np.cumsum(stop, axis=1) - stop > 0)
     for (r_, t_) in used_forks:
@@ -237,10 +254,13 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
         refeed_tok[i] = tokens[r, t - 1]
     refeed_pos = n_prompt[prompt_of[src]] + pos - 1
     index0 = int(cache.index)
+    # Continuations only need T − t tokens: decode as many steps as the earliest fork point needs,
+    # rounded up to a multiple of _STEP_BUCKET (bounds the number of compiled lengths).
+    steps = min(t_max, -(-(t_max - int(pos.min())) // _STEP_BUCKET) * _STEP_BUCKET)
     cont, cont_cache = continue_rows(params, cache, jnp.asarray(src), jnp.asarray(keep),
                                      jnp.asarray(refeed_tok), jnp.asarray(refeed_pos),
                                      jax.random.fold_in(rng, rnd + 1), cfg=cfg,
-                                     strategy=strategy, max_new_tokens=t_max, eos_id=eos_id,
+                                     strategy=strategy, max_new_tokens=steps, eos_id=eos_id,
                                      pad_id=pad_id)
     c_tok, c_mask, c_logp = (np.asarray(x) for x in (cont.tokens, cont.mask, cont.logp))
     # New leaves: prefix of the source row, then the continuation cut at the length limit.

@@ -57,7 +57,8 @@ def eptree_options(config) -> eptree.EPTreeOptions:
   c = config.rl.eptree
   return eptree.EPTreeOptions(num_chains=c.num_chains, forks_per_round=c.forks_per_round,
                               rounds=c.rounds, branches=c.branches,
-                              min_tokens_left=c.min_tokens_left)
+                              min_tokens_left=c.min_tokens_left,
+                              min_prefix_fraction=c.min_prefix_fraction)
 
 
 def mix_ratio(schedule, step: int) -> float:

@@ -196,6 +196,34 @@ def test_eptree_fork_points_leave_min_tokens(setup):
     eptree.EPTreeOptions(min_tokens_left=-1)
 
 
+def test_eptree_fork_points_leave_a_min_prefix(setup):
+  cfg, params, prompt, prompt_mask = setup
+  t = 10
+  opts = eptree.EPTreeOptions(num_chains=1, forks_per_round=3, rounds=1, branches=1,
+                              min_prefix_fraction=0.5)
+  out = eptree.eptree_rollout(params, prompt, prompt_mask, jax.random.key(5), cfg=cfg,
+                              strategy=sampling.Sampling(1.0), options=opts, max_new_tokens=t,
+                              eos_id=-1)
+  chain_len = out.mask.reshape(3, opts.leaves, t)[:, 0].sum(-1)  # no EOS: t tokens each
+  forks = out.fork_pos.reshape(3, opts.leaves)[:, 1:]
+  assert (chain_len == t).all() and forks.size
+  assert (forks >= np.ceil(0.5 * chain_len)[:, None]).all()
+  # The three fork points of a prompt are its chain's largest -log p in positions 5..9.
+  logp = out.logp.reshape(3, opts.leaves, t)[:, 0]
+  for b in range(3):
+    want = np.sort(np.argsort(logp[b, 5:], kind="stable")[:3] + 5)
+    np.testing.assert_array_equal(np.sort(forks[b]), want)
+  # Continuations decode only the steps the earliest fork point needs (8 of 10 here); the leaves'
+  # log-probs still equal the trainer's.
+  rows = np.repeat(np.arange(3), opts.leaves)
+  ref = _trainer_logp(cfg, params, prompt[rows], prompt_mask[rows], out.tokens, out.mask, 1.0)
+  np.testing.assert_allclose(out.logp, ref, atol=1e-5)
+  # No EOS: 3 chains of t tokens, and each continuation decodes t - f tokens plus its re-fed one.
+  assert out.decode_tokens == 3 * t + int((t - forks + 1).sum())
+  with pytest.raises(ValueError, match="min_prefix_fraction"):
+    eptree.EPTreeOptions(min_prefix_fraction=1.0)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_eptree_refork_of_a_prompt_fork_keeps_the_prompt(setup, seed):
   """Forks at t = 0 re-feed the last prompt token into a new slot; a later round that forks such a
