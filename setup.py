@@ -30,6 +30,9 @@ EXTRAS = {
     "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "transformers>=5.0",
              "tokenizers>=0.21", "jinja2>=3.1.6"],
     "hf": HF,
+    # Accelerator builds of jaxlib (the core install runs on CPU): pip install -e '.[gpu]'.
+    "gpu": ["jax[cuda12]>=0.8"],
+    "tpu": ["jax[tpu]>=0.8"],
     # benchmarks/peers.py: the compared systems (google-tunix, TRL on torch) in their own
     # environment, plus the HF extra for the SmolLM2 conversion. The core install never pulls them.
     "peers": ["google-tunix>=0.1.7", "trl>=1.16", "torch==2.13.0", "psutil>=5.9"] + HF,
