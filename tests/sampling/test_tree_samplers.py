@@ -126,21 +126,32 @@ def test_latr_options_validate():
     latr.LatrOptions(tau_abs=1.5)
 
 
+def _eptree(setup, opts: eptree.EPTreeOptions, t: int, *, seed: int, eos_id: int):
+  """EPTree on the fixture's 3 prompts at temperature 1 with T = t new tokens."""
+  cfg, params, prompt, prompt_mask = setup
+  return eptree.eptree_rollout(params, prompt, prompt_mask, jax.random.key(seed), cfg=cfg,
+                               strategy=sampling.Sampling(1.0), options=opts, max_new_tokens=t,
+                               eos_id=eos_id)
+
+
+def _assert_trainer_logp(setup, out: eptree.EPTreeRollout, leaves: int):
+  """The leaves' sampler log-probs equal a full forward pass over each leaf's tokens."""
+  cfg, params, prompt, prompt_mask = setup
+  rows = np.repeat(np.arange(3), leaves)
+  ref = _trainer_logp(cfg, params, prompt[rows], prompt_mask[rows], out.tokens, out.mask, 1.0)
+  np.testing.assert_allclose(out.logp, ref, atol=1e-5)
+
+
 @pytest.mark.parametrize("rounds", [1, 2])
 def test_eptree_leaves_logp_and_tree(setup, rounds):
-  cfg, params, prompt, prompt_mask = setup
   opts = eptree.EPTreeOptions(num_chains=2, forks_per_round=1, rounds=rounds, branches=2)
   t = 7
-  out = eptree.eptree_rollout(params, prompt, prompt_mask, jax.random.key(3), cfg=cfg,
-                              strategy=sampling.Sampling(1.0), options=opts, max_new_tokens=t,
-                              eos_id=-1)
+  out = _eptree(setup, opts, t, seed=3, eos_id=-1)
   lv = opts.leaves
   assert lv == 2 * (1 + rounds * 2)
   assert out.tokens.shape == (3 * lv, t)
-  rows = np.repeat(np.arange(3), lv)
   # Continuations reuse the forked row's cache; their log-probs equal a full forward pass.
-  ref = _trainer_logp(cfg, params, prompt[rows], prompt_mask[rows], out.tokens, out.mask, 1.0)
-  np.testing.assert_allclose(out.logp, ref, atol=1e-5)
+  _assert_trainer_logp(setup, out, lv)
   tree = out.tree
   parent, depth = np.asarray(tree.parent), np.asarray(tree.depth)
   for r in range(3 * lv):
@@ -183,13 +194,10 @@ def test_select_leaves_keeps_a_correct_leaf():
 
 
 def test_eptree_fork_points_leave_min_tokens(setup):
-  cfg, params, prompt, prompt_mask = setup
   t = 8
   opts = eptree.EPTreeOptions(num_chains=2, forks_per_round=2, rounds=1, branches=1,
                               min_tokens_left=5)
-  out = eptree.eptree_rollout(params, prompt, prompt_mask, jax.random.key(4), cfg=cfg,
-                              strategy=sampling.Sampling(1.0), options=opts, max_new_tokens=t,
-                              eos_id=2)
+  out = _eptree(setup, opts, t, seed=4, eos_id=2)
   forks = out.fork_pos.reshape(3, opts.leaves)[:, opts.num_chains:]
   assert forks.size and (forks <= t - 5).all()
   with pytest.raises(ValueError, match="min_tokens_left"):
@@ -197,13 +205,10 @@ def test_eptree_fork_points_leave_min_tokens(setup):
 
 
 def test_eptree_fork_points_leave_a_min_prefix(setup):
-  cfg, params, prompt, prompt_mask = setup
   t = 10
   opts = eptree.EPTreeOptions(num_chains=1, forks_per_round=3, rounds=1, branches=1,
                               min_prefix_fraction=0.5)
-  out = eptree.eptree_rollout(params, prompt, prompt_mask, jax.random.key(5), cfg=cfg,
-                              strategy=sampling.Sampling(1.0), options=opts, max_new_tokens=t,
-                              eos_id=-1)
+  out = _eptree(setup, opts, t, seed=5, eos_id=-1)
   chain_len = out.mask.reshape(3, opts.leaves, t)[:, 0].sum(-1)  # no EOS: t tokens each
   forks = out.fork_pos.reshape(3, opts.leaves)[:, 1:]
   assert (chain_len == t).all() and forks.size
@@ -215,9 +220,7 @@ def test_eptree_fork_points_leave_a_min_prefix(setup):
     np.testing.assert_array_equal(np.sort(forks[b]), want)
   # Continuations decode only the steps the earliest fork point needs (8 of 10 here); the leaves'
   # log-probs still equal the trainer's.
-  rows = np.repeat(np.arange(3), opts.leaves)
-  ref = _trainer_logp(cfg, params, prompt[rows], prompt_mask[rows], out.tokens, out.mask, 1.0)
-  np.testing.assert_allclose(out.logp, ref, atol=1e-5)
+  _assert_trainer_logp(setup, out, opts.leaves)
   # No EOS: 3 chains of t tokens, and each continuation decodes t - f tokens plus its re-fed one.
   assert out.decode_tokens == 3 * t + int((t - forks + 1).sum())
   with pytest.raises(ValueError, match="min_prefix_fraction"):
@@ -228,15 +231,10 @@ def test_eptree_fork_points_leave_a_min_prefix(setup):
 def test_eptree_refork_of_a_prompt_fork_keeps_the_prompt(setup, seed):
   """Forks at t = 0 re-feed the last prompt token into a new slot; a later round that forks such a
   continuation again must still attend to it (a regression: it was dropped)."""
-  cfg, params, prompt, prompt_mask = setup
   t = 5
   # Fork points only at t <= 1, three rounds: continuations forked at t = 0 are forked again.
   opts = eptree.EPTreeOptions(num_chains=1, forks_per_round=1, rounds=3, branches=2,
                               min_tokens_left=t - 1)
-  out = eptree.eptree_rollout(params, prompt, prompt_mask, jax.random.key(seed), cfg=cfg,
-                              strategy=sampling.Sampling(1.0), options=opts, max_new_tokens=t,
-                              eos_id=-1)
+  out = _eptree(setup, opts, t, seed=seed, eos_id=-1)
   assert (np.asarray(out.fork_pos) == 0).any()
-  rows = np.repeat(np.arange(3), opts.leaves)
-  ref = _trainer_logp(cfg, params, prompt[rows], prompt_mask[rows], out.tokens, out.mask, 1.0)
-  np.testing.assert_allclose(out.logp, ref, atol=1e-5)
+  _assert_trainer_logp(setup, out, opts.leaves)
