@@ -16,9 +16,11 @@ For B prompts and K leaves per prompt, in one process, on the same parameters:
 Per method: `decode_tokens_per_leaf` (tokens the live rows decoded, a fork's shared prefix once,
 pruned branches included, divided by the B·K finished leaves), `distinct_leaves` (distinct
 completions per prompt, mean over prompts), `decode_tokens_per_distinct_leaf`, and wall time
-(median of --repeats jitted runs after a warm-up). Prints one JSON line with the ratios tree /
-independent per method, and per policy `goals_met_by`, the tree methods that meet both goals
-(issue #5): decode_tokens_per_leaf ratio <= 0.6 and distinct leaves >= independent's.
+(median of --repeats jitted runs after a warm-up); EPTree also reports `mean_fork_pos`, the mean
+of its leaves' positive fork positions (chains and forks at t = 0 excluded). Prints one JSON
+line with the ratios tree / independent per method, and per policy `goals_met_by`, the tree
+methods that meet both goals (issue #5): decode_tokens_per_leaf ratio <= 0.6 and distinct leaves
+>= independent's.
 
 The tiny policy is the default experiment's SFT checkpoint (`--sft_workdir`, a work dir with a
 finished SFT phase; without one the benchmark trains it first into --cache_dir, ~3 minutes).
