@@ -1,14 +1,27 @@
-"""Turns finished work dirs into a markdown table and a PNG of learning efficiency.
+"""Turns finished work dirs into an efficiency report: markdown tables and a PNG.
 
-    python -m experiments.report --workdirs='runs/sweeps/estimators/*' \
-        --out=runs/sweeps/estimators.md --png=runs/sweeps/estimators.png
+    python -m experiments.report --workdirs='runs/sweeps/ladder_baselines/*' \
+        --out=runs/ladder_baselines.md --png=runs/ladder_baselines.png --baseline=grpo_g8
 
 A run is a work dir holding `summary.json` (others, such as a sweep's `_sft/`, are skipped). Its
-variant is the directory name without a trailing `_seedN`; the first table gives the mean over a
-variant's seeds, the second every run. Rollout tokens are the RL phase's sampled completion
-tokens (every generation round counted); RL seconds exclude compilation of the first step. The
-PNG plots held-out greedy accuracy (the periodic RL evaluations, with the SFT policy at 0)
-against cumulative rollout tokens and against cumulative RL step time.
+variant is the directory name without a trailing `_seedN`. Rollout tokens are the RL phase's
+sampled completion tokens (every generation round counted); RL seconds are the wall seconds of
+the RL steps, compilation of the first step excluded. Each run's curve is its held-out greedy
+accuracy at the periodic RL evaluations (the SFT policy at 0 tokens).
+
+The first table has, per variant, the mean and 95% interval over seeds (Student t, n - 1 degrees
+of freedom) of:
+  * final greedy accuracy, and its paired difference to the baseline variant (seeds that both
+    ran; same seed = same SFT policy in a sweep with a shared SFT);
+  * tokens to target: rollout tokens at which the curve first reaches the target accuracy
+    (linear between evaluations; default target: the baseline's mean final accuracy). A run
+    that never reaches it counts as not reached, and the cell says how many did;
+  * AUC: the area under accuracy vs rollout tokens over [0, T], T the smallest final token count
+    of all runs (the same range for every variant), divided by T, i.e. the mean accuracy over
+    the first T tokens;
+plus the means of sampled accuracy, SFT accuracy, rollout tokens, RL and wall seconds. The second
+table lists every run. An interval that contains 0 (difference) or overlaps the baseline's is
+within seed noise. The PNG plots accuracy against cumulative rollout tokens and RL seconds.
 """
 
 from __future__ import annotations
@@ -29,6 +42,10 @@ from rl_jax.metrics import read_metrics
 _WORKDIRS = flags.DEFINE_multi_string("workdirs", None, "Glob(s) of run work dirs.")
 _OUT = flags.DEFINE_string("out", None, "Markdown output path.")
 _PNG = flags.DEFINE_string("png", None, "PNG output path (optional).")
+_BASELINE = flags.DEFINE_string("baseline", None, "Variant the others are compared with (default: "
+                                "'grpo' if present, else the first variant).")
+_TARGET = flags.DEFINE_float("target", None, "Target accuracy for tokens-to-target (default: the "
+                             "baseline's mean final greedy accuracy).")
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
 # (column title, key of the per-run record, format)
@@ -74,13 +91,102 @@ def by_variant(runs: list[dict]) -> dict[str, list[dict]]:
   return dict(groups)
 
 
-def markdown(runs: list[dict]) -> str:
-  """Two tables: the mean over seeds per variant, then every run."""
+# Two-sided 95% Student t quantiles by degrees of freedom (1-30); 1.96 beyond.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060,
+         2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def interval(values) -> tuple[float, float]:
+  """(mean, half-width of the 95% t interval) of `values`; half-width nan for fewer than 2."""
+  x = np.asarray(values, np.float64)
+  if len(x) == 0:
+    return float("nan"), float("nan")
+  if len(x) < 2:
+    return float(x.mean()), float("nan")
+  t = _T975[len(x) - 2] if len(x) - 1 <= len(_T975) else 1.96
+  return float(x.mean()), float(t * x.std(ddof=1) / np.sqrt(len(x)))
+
+
+def tokens_to_target(curve, target: float) -> float:
+  """Rollout tokens at which accuracy first reaches `target` (linear between points); inf if never.
+
+  `curve` is [(step, tokens, seconds, accuracy), ...] in step order.
+  """
+  prev = None
+  for _, tokens, _, acc in curve:
+    if acc >= target:
+      if prev is None or acc == prev[1]:
+        return float(tokens)
+      frac = (target - prev[1]) / (acc - prev[1])
+      return float(prev[0] + frac * (tokens - prev[0]))
+    prev = (tokens, acc)
+  return float("inf")
+
+
+def auc(curve, max_tokens: float) -> float:
+  """Mean accuracy over rollout tokens [0, max_tokens] (trapezoids; the curve is linear between
+  points and cut at `max_tokens`, which must not exceed its last point)."""
+  x = np.array([p[1] for p in curve], np.float64)
+  y = np.array([p[3] for p in curve], np.float64)
+  if max_tokens <= 0 or max_tokens > x[-1] + 1e-9:
+    raise ValueError(f"max_tokens={max_tokens} must be in (0, {x[-1]}] (the curve's last point)")
+  cut = np.searchsorted(x, max_tokens)
+  xs = np.concatenate([x[:cut], [max_tokens]])
+  ys = np.concatenate([y[:cut], [np.interp(max_tokens, x, y)]])
+  return float(np.sum(np.diff(xs) * (ys[1:] + ys[:-1]) / 2) / max_tokens)
+
+
+def _pm(mean: float, half: float, fmt: str = "{:.3f}") -> str:
+  if np.isnan(mean):
+    return "-"
+  return fmt.format(mean) if np.isnan(half) else f"{fmt.format(mean)} ± {fmt.format(half)}"
+
+
+def efficiency(runs: list[dict], baseline: str | None = None,
+               target: float | None = None) -> dict:
+  """Per-variant statistics of the first table (see the module docstring); also returns the
+  baseline, target and AUC token range used."""
+  groups = by_variant(runs)
+  if baseline is None:
+    baseline = "grpo" if "grpo" in groups else next(iter(groups))
+  if baseline not in groups:
+    raise ValueError(f"--baseline={baseline!r} is not a variant of these runs; expected one of "
+                     f"{sorted(groups)}")
+  base_final = {r["seed"]: r["rl_accuracy"] for r in groups[baseline]}
+  if target is None:
+    target = float(np.mean(list(base_final.values())))
+  max_tokens = min(r["curve"][-1][1] for r in runs)
+  out = {}
+  for variant, group in groups.items():
+    reach = [tokens_to_target(r["curve"], target) for r in group]
+    paired = [r["rl_accuracy"] - base_final[r["seed"]] for r in group if r["seed"] in base_final]
+    out[variant] = dict(
+        seeds=len(group), final=interval([r["rl_accuracy"] for r in group]),
+        delta=interval(paired) if variant != baseline else (float("nan"), float("nan")),
+        reached=sum(np.isfinite(reach)),
+        to_target=interval(reach) if all(np.isfinite(reach)) else (float("nan"), float("nan")),
+        auc=interval([auc(r["curve"], max_tokens) for r in group]) if max_tokens > 0 else
+        (float("nan"), float("nan")),
+        means={k: float(np.mean([r[k] for r in group])) for _, k, _ in COLUMNS})
+  return dict(variants=out, baseline=baseline, target=target, auc_tokens=max_tokens)
+
+
+def markdown(runs: list[dict], baseline: str | None = None, target: float | None = None) -> str:
+  """The efficiency table (mean ± 95% interval over seeds per variant), then every run."""
+  eff = efficiency(runs, baseline, target)
+  lines = [f"Baseline `{eff['baseline']}`; target accuracy {eff['target']:.3f}; AUC over the "
+           f"first {eff['auc_tokens']:,.0f} rollout tokens; ± = 95% t interval over seeds.", "",
+           "| variant | seeds | greedy acc | Δ vs baseline (paired) | tokens to target | "
+           "AUC (acc over tokens) | sampled acc | SFT greedy | rollout tokens | RL s | wall s |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for variant, v in eff["variants"].items():
+    reached = (_pm(*v["to_target"], fmt="{:,.0f}") if v["reached"] == v["seeds"]
+               else f"reached {v['reached']}/{v['seeds']}")
+    means = [fmt.format(v["means"][k]) for _, k, fmt in COLUMNS[1:]]
+    lines.append(f"| {variant} | {v['seeds']} | {_pm(*v['final'])} | {_pm(*v['delta'])} | "
+                 f"{reached} | {_pm(*v['auc'])} | {' | '.join(means)} |")
   head = [f"| {' | '.join(t for t, _, _ in COLUMNS)} |", "|" + "---:|" * len(COLUMNS)]
-  lines = ["| variant | seeds " + head[0], "|---|---:" + head[1]]
-  for variant, group in by_variant(runs).items():
-    cells = [fmt.format(np.mean([r[k] for r in group])) for _, k, fmt in COLUMNS]
-    lines.append(f"| {variant} | {len(group)} | {' | '.join(cells)} |")
   lines += ["", "| run | seed " + head[0], "|---|---:" + head[1]]
   for r in runs:
     cells = [fmt.format(r[k]) for _, k, fmt in COLUMNS]
@@ -89,8 +195,8 @@ def markdown(runs: list[dict]) -> str:
 
 
 def plot(runs: list[dict], out_png: str) -> str:
-  """Held-out greedy accuracy vs cumulative rollout tokens and vs RL seconds, mean over seeds
-  (points averaged at equal eval steps; single seeds faint)."""
+  """Held-out greedy accuracy vs cumulative rollout tokens and vs RL seconds: the mean over seeds
+  (points averaged at equal eval steps) with its 95% interval shaded."""
   fig = Figure(figsize=(11, 4), layout="constrained")
   FigureCanvasAgg(fig)
   axes = fig.subplots(1, 2)
@@ -99,13 +205,14 @@ def plot(runs: list[dict], out_png: str) -> str:
     steps = sorted(set.intersection(*[{p[0] for p in r["curve"]} for r in group]))
     mean = np.array([np.mean([[p[1], p[2], p[3]] for r in group for p in r["curve"]
                               if p[0] == s], axis=0) for s in steps]).reshape(-1, 3)
+    half = np.array([interval([p[3] for r in group for p in r["curve"] if p[0] == s])[1]
+                     for s in steps])
     for ax, col in zip(axes, (0, 1)):
-      if len(group) > 1:
-        for r in group:
-          c = np.array([p[1:] for p in r["curve"]])
-          ax.plot(c[:, col], c[:, 2], color=color, alpha=0.25, lw=0.8)
+      if len(group) > 1:  # The 95% interval over seeds at each evaluation.
+        ax.fill_between(mean[:, col], mean[:, 2] - half, mean[:, 2] + half, color=color,
+                        alpha=0.15, lw=0)
       ax.plot(mean[:, col], mean[:, 2], color=color, marker=".", label=variant)
-  for ax, xlabel in zip(axes, ("cumulative rollout tokens", "cumulative RL step seconds")):
+  for ax, xlabel in zip(axes, ("cumulative rollout tokens", "cumulative RL wall seconds")):
     ax.set(xlabel=xlabel, ylabel="held-out greedy accuracy")
     ax.grid(alpha=0.3)
   axes[0].legend(fontsize="small")
@@ -118,7 +225,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   runs = find_runs(_WORKDIRS.value)
-  text = markdown(runs)
+  text = markdown(runs, _BASELINE.value, _TARGET.value)
   os.makedirs(os.path.dirname(os.path.abspath(_OUT.value)), exist_ok=True)
   with open(_OUT.value, "w") as f:
     f.write(text)

@@ -33,6 +33,7 @@ from tensorboardX import SummaryWriter
 METRICS_FILE = "metrics.jsonl"
 TB_DIR = "tb"
 _RESERVED = ("step", "phase", "time")
+_PHASE_ORDER = {"sft": 0, "rl": 1, "sft_more": 2}
 
 
 def _scalar(name: str, value: Any) -> int | float:
@@ -147,29 +148,14 @@ def plot_curves(workdir: str | os.PathLike, out_png: str = "curves.png") -> str:
   """Plots training curves from `workdir/metrics.jsonl`; returns the PNG path.
 
   Panels, each drawn only when its metrics exist: RL train reward (`rl` /
-  `reward_mean`), held-out accuracy (`heldout_accuracy` and
-  `heldout_sampled_accuracy` of any phase, one line per phase and key), and SFT
-  loss (`sft` / `loss`). A relative `out_png` is taken inside `workdir`. Uses
+  `reward_mean`), one held-out panel per phase (`heldout_accuracy`,
+  `heldout_sampled_accuracy`, `heldout_step_error_rate` against that phase's own
+  steps), and SFT loss (`sft` / `loss`). A relative `out_png` is taken inside `workdir`. Uses
   matplotlib's object API with the Agg canvas, so no GUI backend or global
   `matplotlib.use` is involved (safe in notebooks).
   """
   workdir = os.fspath(workdir)
-  records = read_metrics(workdir)
-  panels = []
-  steps, values = _series(records, "rl", "reward_mean")
-  if steps:
-    panels.append(("RL train reward", "reward_mean", [("rl", steps, values)]))
-  heldout = []
-  for key in ("heldout_accuracy", "heldout_sampled_accuracy"):
-    for phase in sorted({r.get("phase") for r in records if key in r}):
-      steps, values = _series(records, phase, key)
-      heldout.append((f"{phase}/{key}", steps, values))
-  if heldout:
-    panels.append(("Held-out accuracy", "accuracy", heldout))
-  steps, values = _series(records, "sft", "loss")
-  if steps:
-    panels.append(("SFT loss", "loss", [("sft", steps, values)]))
-
+  panels = curve_panels(read_metrics(workdir))
   fig = Figure(figsize=(5 * max(len(panels), 1), 3.6), layout="constrained")
   FigureCanvasAgg(fig)
   if not panels:
@@ -185,6 +171,26 @@ def plot_curves(workdir: str | os.PathLike, out_png: str = "curves.png") -> str:
   out = os.path.join(workdir, out_png)
   fig.savefig(out, dpi=100)
   return out
+
+
+def curve_panels(records: list[dict]) -> list[tuple[str, str, list]]:
+  """The panels `plot_curves` draws: (title, y label, [(label, steps, values), ...])."""
+  panels = []
+  steps, values = _series(records, "rl", "reward_mean")
+  if steps:
+    panels.append(("RL train reward", "reward_mean", [("rl", steps, values)]))
+  # One held-out panel per phase: each phase counts its own steps from 1, so SFT's and RL's
+  # curves on one step axis would overlap.
+  keys = ("heldout_accuracy", "heldout_sampled_accuracy", "heldout_step_error_rate")
+  for phase in sorted({r.get("phase") for r in records if any(k in r for k in keys)},
+                      key=lambda p: (_PHASE_ORDER.get(p, len(_PHASE_ORDER)), p)):
+    lines = [(key, *_series(records, phase, key)) for key in keys]
+    lines = [line for line in lines if line[1]]
+    panels.append((f"Held-out, {phase} steps", "accuracy / rate", lines))
+  steps, values = _series(records, "sft", "loss")
+  if steps:
+    panels.append(("SFT loss", "loss", [("sft", steps, values)]))
+  return panels
 
 
 class ProgressBar:

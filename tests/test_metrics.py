@@ -92,6 +92,23 @@ def test_plot_curves(tmp_path):
   _assert_png(out)
 
 
+def test_heldout_panels_are_per_phase(tmp_path):
+  """SFT and RL each count steps from 1: their held-out curves get separate panels."""
+  with metrics.MetricsWriter(tmp_path) as writer:
+    for step in (10, 20):
+      writer.write(step, {"heldout_accuracy": 0.3}, phase="sft")
+      writer.write(step // 10, {"heldout_accuracy": 0.5, "heldout_step_error_rate": 0.2},
+                   phase="rl")
+  panels = metrics.curve_panels(metrics.read_metrics(tmp_path))
+  titles = [title for title, _, _ in panels]
+  assert titles == ["Held-out, sft steps", "Held-out, rl steps"]
+  assert panels[0][2] == [("heldout_accuracy", [10, 20], [0.3, 0.3])]
+  assert [label for label, _, _ in panels[1][2]] == ["heldout_accuracy",
+                                                     "heldout_step_error_rate"]
+  assert panels[1][2][0][1] == [1, 2]
+  _assert_png(metrics.plot_curves(tmp_path))
+
+
 def test_plot_curves_with_missing_keys(tmp_path):
   with metrics.MetricsWriter(tmp_path) as writer:
     writer.write(1, {"other": 1.0}, phase="rl")

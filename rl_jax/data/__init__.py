@@ -5,10 +5,12 @@ from __future__ import annotations
 from rl_jax.data.tasks import (TASKS, ReasoningGymTask, TaskExample, carry_class, demonstrations,
                                dropped_carry_answer, extract_answer, make_task)
 from rl_jax.data.jsonl import JsonlTask
+from rl_jax.data.ladder import LadderTask, StepCheck, check_steps
 
 TASKS["jsonl"] = JsonlTask  # config: task.name='jsonl', task.options.path=FILE
+TASKS["ladder"] = LadderTask  # the proving ground (experiments/configs/ladder.py)
 
 __all__ = [
-    "TASKS", "JsonlTask", "ReasoningGymTask", "TaskExample", "carry_class", "demonstrations",
+    "TASKS", "JsonlTask", "LadderTask", "ReasoningGymTask", "StepCheck", "check_steps", "TaskExample", "carry_class", "demonstrations",
     "dropped_carry_answer", "extract_answer", "make_task",
 ]

@@ -1,4 +1,5 @@
-"""Held-out accuracy: greedy and sampled, batched at a fixed shape (one compile per strategy)."""
+"""Held-out evaluation: greedy and sampled completions, batched at a fixed shape (one compile per
+strategy), their correctness, and the per-prompt success-rate histogram."""
 
 from __future__ import annotations
 
@@ -9,25 +10,49 @@ from rl_jax import sampling
 from rl_jax.data.batching import decode_completions
 
 
-def correctness(params, prompts: np.ndarray, prompt_mask: np.ndarray, examples, task, tokenizer,
-                rng: jax.Array, *, cfg, strategy: sampling.Sampling, max_new_tokens: int,
-                num_samples: int = 1, batch_size: int = 512) -> np.ndarray:
-  """[N, num_samples] 0/1 correctness of completions for N held-out problems.
+def completions(params, prompts: np.ndarray, prompt_mask: np.ndarray, tokenizer, rng: jax.Array,
+                *, cfg, strategy: sampling.Sampling, max_new_tokens: int, num_samples: int = 1,
+                batch_size: int = 512) -> list[str]:
+  """Completion texts for N prompts, `num_samples` each: item `i * num_samples + s`.
 
   Rows are generated in batches of `batch_size` (the last batch is padded with copies of row 0 and
   the copies are dropped), so every call with the same shapes reuses one compiled sampler.
   """
-  n = len(examples)
+  n = len(prompts)
   rows = np.repeat(np.arange(n), num_samples)
-  out = np.zeros(len(rows), np.float32)
+  texts: list[str] = []
   for start in range(0, len(rows), batch_size):
     idx = rows[start:start + batch_size]
-    pad = batch_size - len(idx)
-    take = np.concatenate([idx, np.zeros(pad, idx.dtype)])
+    take = np.concatenate([idx, np.zeros(batch_size - len(idx), idx.dtype)])
     res = sampling.generate(params, prompts[take], prompt_mask[take],
                             jax.random.fold_in(rng, start), cfg=cfg, strategy=strategy,
                             max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id,
                             pad_id=tokenizer.pad_id)
-    texts = decode_completions(tokenizer, res.tokens, res.mask)[:len(idx)]
-    out[start:start + len(idx)] = [task.score(t, examples[i]) for t, i in zip(texts, idx)]
-  return out.reshape(n, num_samples)
+    texts += decode_completions(tokenizer, res.tokens, res.mask)[:len(idx)]
+  return texts
+
+
+def correctness(params, prompts: np.ndarray, prompt_mask: np.ndarray, examples, task, tokenizer,
+                rng: jax.Array, *, cfg, strategy: sampling.Sampling, max_new_tokens: int,
+                num_samples: int = 1, batch_size: int = 512) -> np.ndarray:
+  """[N, num_samples] 0/1 correctness (`task.score`) of completions for N held-out problems."""
+  texts = completions(params, prompts, prompt_mask, tokenizer, rng, cfg=cfg, strategy=strategy,
+                      max_new_tokens=max_new_tokens, num_samples=num_samples,
+                      batch_size=batch_size)
+  ok = [task.score(t, examples[i // num_samples]) for i, t in enumerate(texts)]
+  return np.asarray(ok, np.float32).reshape(len(examples), num_samples)
+
+
+HISTOGRAM_BINS = 10
+
+
+def success_rate_histogram(rates: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict:
+  """Counts of per-prompt success rates over `bins` equal bins of [0, 1] (1.0 in the last bin),
+  and the shares of prompts below 0.1, in [0.1, 0.9] and above 0.9."""
+  rates = np.asarray(rates, np.float64)
+  counts, _ = np.histogram(rates, bins=bins, range=(0.0, 1.0))
+  n = max(len(rates), 1)
+  return {"counts": counts.astype(int).tolist(),
+          "share_below_0.1": float((rates < 0.1).sum() / n),
+          "share_0.1_to_0.9": float(((rates >= 0.1) & (rates <= 0.9)).sum() / n),
+          "share_above_0.9": float((rates > 0.9).sum() / n)}

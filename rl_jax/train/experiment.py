@@ -145,8 +145,11 @@ def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
   tc = config.task
   task = data.make_task(tc.name, tc.options.to_dict(), config.seed, tc.train_size, tc.eval_size,
                         answer_extraction=tc.answer_extraction)
-  demos = data.demonstrations(task.train, noise=tc.demo_noise,
-                              rng=np.random.default_rng([config.seed, 7]))
+  demo_rng = np.random.default_rng([config.seed, 7])
+  if hasattr(task, "demonstrations"):  # A task with its own demonstration format (the ladder).
+    demos = task.demonstrations(noise=tc.demo_noise, rng=demo_rng)
+  else:
+    demos = data.demonstrations(task.train, noise=tc.demo_noise, rng=demo_rng)
   texts = [e.prompt for e in task.train] + [e.answer for e in demos]
   tokenizer = make_tokenizer(config, workdir, texts)
   model_cfg = model_config(config, tokenizer.vocab_size)

@@ -23,6 +23,7 @@ import ml_collections
 import numpy as np
 
 from rl_jax import data, sampling
+from rl_jax.data import ladder
 from rl_jax.metrics import MetricsWriter, plot_curves
 from rl_jax.train import evaluate, experiment, init_from, phases
 
@@ -54,20 +55,35 @@ class _Store:
 
 
 def _evaluator(exp: experiment.Experiment):
-  """Returns eval(params, temperature, num_samples) -> dict of accuracies on the held-out set."""
+  """Returns eval(params, temperature, num_samples) -> dict of results on the held-out set.
+
+  Every task gets `accuracy` (mean of `task.score`) and `success_rate_histogram` (per-prompt
+  success rates over the samples; meaningful with several samples). chain_sum adds the accuracy
+  on and off its carry class; a task with a step checker (`check_steps`, the ladder) adds
+  `accuracy_by_stratum`, `step_error_rate` and `first_error_step_mean` (`data.ladder.grade`).
+  """
   ev = exp.config.eval
   heldout = exp.task.heldout
   carry = (np.array([data.carry_class(e) for e in heldout])
            if exp.config.task.name == "chain_sum" else None)
+  steps = hasattr(exp.task, "check_steps")
   key = jax.random.fold_in(exp.root_key(), phases.PHASE_TAGS["eval"])
 
   def run_eval(params, temperature: float, num_samples: int) -> dict:
     strategy = sampling.Sampling(temperature=temperature)
-    ok = evaluate.correctness(params, exp.heldout_prompts, exp.heldout_prompt_mask, heldout,
-                              exp.task, exp.tokenizer, key, cfg=exp.model_cfg, strategy=strategy,
-                              max_new_tokens=exp.max_new_tokens, num_samples=num_samples,
-                              batch_size=ev.batch_size).mean(axis=1)
-    out = {"accuracy": float(ok.mean())}
+    texts = evaluate.completions(params, exp.heldout_prompts, exp.heldout_prompt_mask,
+                                 exp.tokenizer, key, cfg=exp.model_cfg, strategy=strategy,
+                                 max_new_tokens=exp.max_new_tokens, num_samples=num_samples,
+                                 batch_size=ev.batch_size)
+    examples = [heldout[i // num_samples] for i in range(len(texts))]
+    if steps:
+      out = ladder.grade(exp.task, texts, examples)
+      ok = np.array([exp.task.score(t, e) for t, e in zip(texts, examples)], np.float32)
+    else:
+      ok = np.array([exp.task.score(t, e) for t, e in zip(texts, examples)], np.float32)
+      out = {"accuracy": float(ok.mean())}
+    ok = ok.reshape(len(heldout), num_samples).mean(axis=1)
+    out["success_rate_histogram"] = evaluate.success_rate_histogram(ok)
     if carry is not None:
       out["carry_accuracy"] = float(ok[carry].mean()) if carry.any() else 0.0
       out["no_carry_accuracy"] = float(ok[~carry].mean()) if (~carry).any() else 0.0
@@ -76,13 +92,41 @@ def _evaluator(exp: experiment.Experiment):
   return run_eval
 
 
+def _periodic(run_eval):
+  """The metrics of a periodic (greedy) evaluation: accuracy, and the step error rate if any."""
+
+  def periodic(params, step):
+    del step
+    out = run_eval(params, 0.0, 1)
+    metrics = {"heldout_accuracy": out["accuracy"]}
+    if "step_error_rate" in out:
+      metrics["heldout_step_error_rate"] = out["step_error_rate"]
+    return metrics
+
+  return periodic
+
+
 def _full_eval(exp, run_eval, params, sweep_temperatures: bool) -> dict:
   out = {"greedy": run_eval(params, 0.0, 1),
          "sampled": run_eval(params, exp.config.sampling.temperature, exp.config.eval.num_samples)}
-  if sweep_temperatures:
+  if sweep_temperatures and exp.config.eval.temperatures:
     out["by_temperature"] = {str(t): run_eval(params, t, exp.config.eval.num_samples)
                              for t in exp.config.eval.temperatures}
   return out
+
+
+def _step_summary(sft_eval: dict, rl_eval: dict) -> dict:
+  """The ladder's summary fields (present when the task has a step checker)."""
+  if "step_error_rate" not in sft_eval["greedy"]:
+    return {}
+  return {
+      "sft_accuracy_by_stratum": sft_eval["greedy"]["accuracy_by_stratum"],
+      "rl_accuracy_by_stratum": rl_eval["greedy"]["accuracy_by_stratum"],
+      "sft_step_error_rate": sft_eval["greedy"]["step_error_rate"],
+      "rl_step_error_rate": rl_eval["greedy"]["step_error_rate"],
+      "sft_sampled_step_error_rate": sft_eval["sampled"]["step_error_rate"],
+      "rl_sampled_step_error_rate": rl_eval["sampled"]["step_error_rate"],
+  }
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -100,8 +144,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       if key in source_evals and key not in store.values:
         store.set(key, source_evals[key])
   run_eval = _evaluator(exp)
-  periodic = lambda params, step: {
-      "heldout_accuracy": run_eval(params, 0.0, 1)["accuracy"]}
+  periodic = _periodic(run_eval)
   with MetricsWriter(workdir) as writer:
     if config.init_from:
       sft = init_from.load_sft(exp, config.init_from)
@@ -124,15 +167,23 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       summary.update(sft_more_accuracy=more_eval["greedy"]["accuracy"],
                      sft_more_sampled_accuracy=more_eval["sampled"]["accuracy"],
                      sft_more_steps=more_steps)
-  by_t = sft_eval["by_temperature"]
-  best_t = max(by_t, key=lambda t: by_t[t]["accuracy"])
+  by_t = sft_eval.get("by_temperature")
+  if by_t:
+    best_t = max(by_t, key=lambda t: by_t[t]["accuracy"])
+    summary.update(sft_best_temperature_accuracy=by_t[best_t]["accuracy"],
+                   sft_best_temperature=float(best_t))
+  summary.update(_step_summary(sft_eval, rl_eval))
   summary.update(
       sft_accuracy=sft_eval["greedy"]["accuracy"],
       rl_accuracy=rl_eval["greedy"]["accuracy"],
       sft_sampled_accuracy=sft_eval["sampled"]["accuracy"],
       rl_sampled_accuracy=rl_eval["sampled"]["accuracy"],
-      sft_best_temperature_accuracy=by_t[best_t]["accuracy"],
-      sft_best_temperature=float(best_t),
+      sft_success_rate_histogram=sft_eval["sampled"]["success_rate_histogram"]["counts"],
+      sft_success_rate_shares={k: v for k, v in
+                               sft_eval["sampled"]["success_rate_histogram"].items()
+                               if k.startswith("share")},
+      rl_success_rate_histogram=rl_eval["sampled"]["success_rate_histogram"]["counts"],
+      success_rate_samples=config.eval.num_samples,
       rl_steps=config.rl.steps, sft_steps=config.sft.steps,
       sft_train_seconds=store.values["sft_seconds"], rl_train_seconds=store.values["rl_seconds"],
       heldout_size=len(exp.task.heldout), seed=config.seed, init_from=config.init_from,

@@ -1,0 +1,42 @@
+"""experiments/configs/ladder.py: the proving ground's `:smoke` variant end to end, and its
+summary fields (per-stratum accuracy, success-rate histogram, step error rates)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from experiments.configs import ladder as ladder_config
+from rl_jax.train import loop
+
+
+def test_ladder_smoke_end_to_end(tmp_path):
+  config = ladder_config.get_config("smoke")
+  summary = loop.run(config, str(tmp_path))
+  strata = [str(k) for k in range(2, 8)]
+  for phase in ("sft", "rl"):
+    by_stratum = summary[f"{phase}_accuracy_by_stratum"]
+    assert sorted(by_stratum) == strata
+    assert all(0.0 <= v <= 1.0 for v in by_stratum.values())
+    assert 0.0 <= summary[f"{phase}_step_error_rate"] <= 1.0
+    hist = summary[f"{phase}_success_rate_histogram"]
+    assert len(hist) == 10 and sum(hist) == config.task.eval_size
+  shares = summary["sft_success_rate_shares"]
+  assert sum(shares.values()) == pytest.approx(1.0)
+  assert summary["success_rate_samples"] == config.eval.num_samples >= 8
+  records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert any("heldout_step_error_rate" in r for r in records if r["phase"] == "rl")
+  assert any(r.get("rollout_tokens", 0) > 0 for r in records if r["phase"] == "rl")
+  assert os.path.getsize(tmp_path / "curves.png") > 5_000
+
+
+def test_ladder_config_variants():
+  with pytest.raises(ValueError, match="unknown variant"):
+    ladder_config.get_config("big")
+  c = ladder_config.get_config()
+  assert c.task.name == "ladder" and c.task.eval_size >= 1000
+  assert c.eval.num_samples >= 8  # the SFT success-rate histogram needs 8 samples per prompt
+  with pytest.raises(AttributeError):
+    c.rl.stepz = 3  # locked

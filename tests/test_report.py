@@ -1,0 +1,70 @@
+"""experiments/report.py on fixed inputs: intervals, tokens to target, AUC, the efficiency table."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from experiments import report
+
+
+def _run(name, seed, curve, final=None):
+  final = curve[-1][3] if final is None else final
+  return dict(name=name, variant=report._SEED_SUFFIX.sub("", name), seed=seed, curve=curve,
+              rl_accuracy=final, rl_sampled_accuracy=final - 0.1, sft_accuracy=curve[0][3],
+              rollout_tokens=curve[-1][1], rl_train_seconds=10.0, wall_seconds=20.0)
+
+
+def test_interval_matches_student_t():
+  mean, half = report.interval([0.70, 0.72, 0.74])
+  assert mean == pytest.approx(0.72)
+  # s = 0.02, t(0.975, 2) = 4.303: 4.303 * 0.02 / sqrt(3).
+  assert half == pytest.approx(4.303 * 0.02 / math.sqrt(3))
+  assert math.isnan(report.interval([0.5])[1])
+  assert report.interval([0.5, 0.5])[1] == 0.0
+
+
+def test_tokens_to_target_interpolates():
+  curve = [(0, 0.0, 0.0, 0.2), (50, 1000.0, 5.0, 0.4), (100, 2000.0, 10.0, 0.6)]
+  assert report.tokens_to_target(curve, 0.5) == pytest.approx(1500.0)
+  assert report.tokens_to_target(curve, 0.4) == pytest.approx(1000.0)
+  assert report.tokens_to_target(curve, 0.1) == 0.0  # the SFT policy already meets it
+  assert report.tokens_to_target(curve, 0.7) == math.inf
+  # Non-monotone: the first crossing counts.
+  bumpy = [(0, 0.0, 0.0, 0.2), (1, 100.0, 1.0, 0.6), (2, 200.0, 2.0, 0.3), (3, 300.0, 3.0, 0.7)]
+  assert report.tokens_to_target(bumpy, 0.5) == pytest.approx(75.0)
+
+
+def test_auc_is_mean_accuracy_over_tokens():
+  curve = [(0, 0.0, 0.0, 0.2), (50, 1000.0, 5.0, 0.4), (100, 2000.0, 10.0, 0.6)]
+  assert report.auc(curve, 2000.0) == pytest.approx(0.4)
+  # Cut at 1500: trapezoids 1000 * 0.3 + 500 * (0.4 + 0.5) / 2 = 525, / 1500.
+  assert report.auc(curve, 1500.0) == pytest.approx(525.0 / 1500.0)
+  with pytest.raises(ValueError, match="max_tokens"):
+    report.auc(curve, 3000.0)
+
+
+def test_efficiency_table():
+  base = [_run(f"grpo_seed{s}", s, [(0, 0.0, 0.0, 0.2), (10, 1000.0, 1.0, 0.5 + 0.01 * s)])
+          for s in range(3)]
+  fast = [_run(f"fast_seed{s}", s, [(0, 0.0, 0.0, 0.2), (10, 500.0, 1.0, 0.6 + 0.01 * s)])
+          for s in range(3)]
+  slow = [_run(f"slow_seed{s}", s, [(0, 0.0, 0.0, 0.2), (10, 1000.0, 1.0, 0.3)])
+          for s in range(3)]
+  eff = report.efficiency(base + fast + slow, baseline="grpo")
+  assert eff["target"] == pytest.approx(0.51)
+  assert eff["auc_tokens"] == 500.0
+  v = eff["variants"]
+  # fast reaches 0.51 at 500 * (0.31 / (0.4 + 0.01 s)).
+  expected = [500 * 0.31 / (0.4 + 0.01 * s) for s in range(3)]
+  assert v["fast"]["to_target"][0] == pytest.approx(np.mean(expected))
+  assert v["fast"]["delta"] == (pytest.approx(0.1), pytest.approx(0.0, abs=1e-12))
+  assert v["slow"]["reached"] == 0 and math.isnan(v["slow"]["to_target"][0])
+  assert v["grpo"]["reached"] == 2  # seed 0 ends at 0.50 < 0.51
+  text = report.markdown(base + fast + slow, baseline="grpo")
+  assert "| slow | 3 |" in text and "reached 0/3" in text and "reached 2/3" in text
+  assert "target accuracy 0.510" in text
+  with pytest.raises(ValueError, match="--baseline"):
+    report.efficiency(base, baseline="nope")
