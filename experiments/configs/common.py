@@ -58,7 +58,10 @@ def base() -> ml_collections.ConfigDict:
   c.model = model("tiny")
   c.sampling = ml_collections.ConfigDict(dict(max_new_tokens=5, temperature=1.0, top_k=0,
                                               top_p=1.0))
+  # length_buckets K > 1: batches from K equal-count length buckets, padded to the bucket's
+  # longest (rl_jax.data.batching.LengthBuckets; same example distribution, fewer padded tokens).
   c.sft = ml_collections.ConfigDict(dict(steps=500, batch_size=128, eval_every=0,
+                                         length_buckets=0,
                                          optim=optim(1e-3, warmup_steps=50, schedule="cosine",
                                                      end_lr_frac=0.1, weight_decay=0.01)))
   # RL (rl_jax/train/steps.py RLHyper and rl_jax/train/rollouts.py document each field).

@@ -83,3 +83,44 @@ def encode_completions(tokenizer: Tokenizer, texts: Sequence[str], length: int):
 def decode_completions(tokenizer: Tokenizer, tokens: np.ndarray, mask: np.ndarray) -> list[str]:
   """Completion texts (up to EOS) from sampled ids [N, T]."""
   return [tokenizer.decode(row[m].tolist()) for row, m in zip(np.asarray(tokens), np.asarray(mask))]
+
+
+class LengthBuckets:
+  """Examples grouped by length so that a batch is padded to its bucket's longest, not the
+  dataset's (the SFT phase's `sft.length_buckets`).
+
+  The examples are sorted by (completion length, prompt length) and cut into `num_buckets`
+  buckets of (nearly) equal count. `sample` picks a bucket with probability proportional to its
+  size, then `batch_size` distinct examples in it, so every example is equally likely in every
+  step, as with uniform sampling; only the composition of a batch changes. Each bucket's batches
+  have one shape ([B, P_b] prompt, [B, T_b] completion), so a jitted step compiles once per
+  bucket.
+
+  Args:
+    prompt_mask: [N, P] bool, left-padded prompts.
+    completion_mask: [N, T] bool, right-padded completions.
+    num_buckets: K >= 1; every bucket must hold at least `batch_size` examples.
+    batch_size: examples per batch.
+  """
+
+  def __init__(self, prompt_mask: np.ndarray, completion_mask: np.ndarray, num_buckets: int,
+               batch_size: int):
+    n = len(prompt_mask)
+    if num_buckets < 1 or n // num_buckets < batch_size:
+      raise ValueError(f"sft.length_buckets={num_buckets} with sft.batch_size={batch_size}: each "
+                       f"of the buckets of {n} examples must hold at least one batch; expected "
+                       f"1 <= length_buckets <= {max(n // batch_size, 1)}")
+    p_len = np.asarray(prompt_mask).sum(1)
+    t_len = np.asarray(completion_mask).sum(1)
+    order = np.lexsort((p_len, t_len))
+    self.members = np.array_split(order, num_buckets)
+    self.prompt_width = [int(p_len[m].max()) for m in self.members]
+    self.completion_width = [int(t_len[m].max()) for m in self.members]
+    self.batch_size = batch_size
+    self._p = np.array([len(m) for m in self.members], np.float64) / n
+
+  def sample(self, rng: np.random.Generator) -> tuple[np.ndarray, int, int]:
+    """(example indices [B], prompt width P_b, completion width T_b) of one batch."""
+    b = int(rng.choice(len(self.members), p=self._p))
+    idx = rng.choice(self.members[b], self.batch_size, replace=False)
+    return idx, self.prompt_width[b], self.completion_width[b]

@@ -17,6 +17,7 @@ import numpy as np
 
 from rl_jax import models, parallel
 from rl_jax.checkpoint import Checkpointer
+from rl_jax.data.batching import LengthBuckets
 from rl_jax.metrics import MetricsWriter, ProgressBar
 from rl_jax.train import rollouts
 from rl_jax.train import steps as steps_lib
@@ -136,7 +137,11 @@ def _ckpt(exp: Experiment, phase: str) -> Checkpointer:
 
 def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWriter,
         eval_fn=None) -> PhaseResult:
-  """Cross-entropy on the demonstrations for `num_steps` steps, starting from `params`."""
+  """Cross-entropy on the demonstrations for `num_steps` steps, starting from `params`.
+
+  With `sft.length_buckets` K > 1 the batches come from K length buckets (`LengthBuckets`):
+  the same example distribution, padded to the bucket's longest instead of the data's.
+  """
   cfg = exp.config.sft
   tx = make_optimizer(cfg.optim, num_steps)
   ckpt = _ckpt(exp, phase)
@@ -149,10 +154,19 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
                      in_shardings=(state_sh, _batch_shardings(exp, example)),
                      out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=0)
 
+  buckets = (LengthBuckets(exp.train_prompt_mask, exp.demo_mask, cfg.length_buckets,
+                           cfg.batch_size) if cfg.length_buckets > 1 else None)
+
   def step_fn(state, step):
-    idx = exp.host_rng(tag, step).choice(n, cfg.batch_size, replace=False)
-    batch = SFTBatch(exp.train_prompts[idx], exp.train_prompt_mask[idx], exp.demo_tokens[idx],
-                     exp.demo_mask[idx])
+    rng = exp.host_rng(tag, step)
+    if buckets is None:
+      idx = rng.choice(n, cfg.batch_size, replace=False)
+      batch = SFTBatch(exp.train_prompts[idx], exp.train_prompt_mask[idx], exp.demo_tokens[idx],
+                       exp.demo_mask[idx])
+    else:  # Left-padded prompts keep their last P_b columns, completions their first T_b.
+      idx, p, t = buckets.sample(rng)
+      batch = SFTBatch(exp.train_prompts[idx, -p:], exp.train_prompt_mask[idx, -p:],
+                       exp.demo_tokens[idx, :t], exp.demo_mask[idx, :t])
     return step_jit(state, batch)
 
   state, seconds = _run_steps(exp, phase, (state, start, seconds), num_steps, step_fn, writer,
