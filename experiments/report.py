@@ -44,6 +44,8 @@ _OUT = flags.DEFINE_string("out", None, "Markdown output path.")
 _PNG = flags.DEFINE_string("png", None, "PNG output path (optional).")
 _BASELINE = flags.DEFINE_string("baseline", None, "Variant the others are compared with (default: "
                                 "'grpo' if present, else the first variant).")
+_LADDER = flags.DEFINE_bool("ladder", False, "Also write the proving ground's gate table, its "
+                            "verdicts and the per-stratum table (runs of configs/ladder.py).")
 _TARGET = flags.DEFINE_float("target", None, "Target accuracy for tokens-to-target (default: the "
                              "baseline's mean final greedy accuracy).")
 
@@ -194,6 +196,66 @@ def markdown(runs: list[dict], baseline: str | None = None, target: float | None
   return "\n".join(lines) + "\n"
 
 
+# The proving ground's gate for the GRPO baseline (issue "A proving ground where methods differ").
+GATE = dict(min_gain=0.10, max_final=0.85, min_mid_share=0.25, min_low_share=0.10,
+            min_high_share=0.10, max_seed_std=0.02)
+
+
+def ladder_tables(workdirs: list[str]) -> str:
+  """The ladder's per-run gate table, the gate's verdicts and the per-stratum table (markdown).
+
+  Reads each work dir's summary.json (runs of experiments/configs/ladder.py or a variant).
+  """
+  rows = []
+  for d in workdirs:
+    with open(os.path.join(d, "summary.json")) as f:
+      rows.append((os.path.basename(os.path.normpath(d)), json.load(f)))
+  missing = [n for n, s in rows if "sft_accuracy_by_stratum" not in s]
+  if missing:
+    raise ValueError(f"work dirs {missing} have no per-stratum results; expected runs of a task "
+                     "with a step checker (experiments/configs/ladder.py)")
+  lines = ["| run | seed | SFT greedy | RL greedy | gain | SFT rate < 0.1 | in [0.1, 0.9] | > 0.9 | "
+           "SFT sampled | RL sampled | step error SFT -> RL | wall s |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for name, s in rows:
+    sh = s["sft_success_rate_shares"]
+    lines.append(
+        f"| {name} | {s['seed']} | {s['sft_accuracy']:.3f} | {s['rl_accuracy']:.3f} | "
+        f"{s['rl_accuracy'] - s['sft_accuracy']:+.3f} | {sh['share_below_0.1']:.3f} | "
+        f"{sh['share_0.1_to_0.9']:.3f} | {sh['share_above_0.9']:.3f} | "
+        f"{s['sft_sampled_accuracy']:.3f} | {s['rl_sampled_accuracy']:.3f} | "
+        f"{s['sft_step_error_rate']:.3f} -> {s['rl_step_error_rate']:.3f} | "
+        f"{s['wall_seconds']:.0f} |")
+  final = np.array([s["rl_accuracy"] for _, s in rows])
+  gain = np.array([s["rl_accuracy"] - s["sft_accuracy"] for _, s in rows])
+  shares = [s["sft_success_rate_shares"] for _, s in rows]
+  std = float(final.std(ddof=1)) if len(final) > 1 else float("nan")
+  checks = [
+      (f"RL gain >= {GATE['min_gain']} (every run)", gain.min() >= GATE["min_gain"]),
+      (f"RL final <= {GATE['max_final']} (every run)", final.max() <= GATE["max_final"]),
+      (f"SFT rates in [0.1, 0.9] >= {GATE['min_mid_share']}",
+       min(x["share_0.1_to_0.9"] for x in shares) >= GATE["min_mid_share"]),
+      (f"SFT rates < 0.1 >= {GATE['min_low_share']}",
+       min(x["share_below_0.1"] for x in shares) >= GATE["min_low_share"]),
+      (f"SFT rates > 0.9 >= {GATE['min_high_share']}",
+       min(x["share_above_0.9"] for x in shares) >= GATE["min_high_share"]),
+      (f"seed std of RL final <= {GATE['max_seed_std']} (is {std:.4f})",
+       len(final) >= 3 and std <= GATE["max_seed_std"]),
+  ]
+  mean, half = interval(final)
+  lines += ["", f"RL greedy accuracy over {len(final)} runs: {_pm(mean, half)} (95% t interval); "
+            f"seed std {std:.4f}. SFT greedy: {_pm(*interval([s['sft_accuracy'] for _, s in rows]))}.",
+            "", "| gate | met |", "|---|---|"]
+  lines += [f"| {text} | {'yes' if ok else '**no**'} |" for text, ok in checks]
+  strata = sorted(rows[0][1]["sft_accuracy_by_stratum"], key=int)
+  lines += ["", "| terms | " + " | ".join(strata) + " |", "|---|" + "---:|" * len(strata)]
+  for phase in ("sft", "rl"):
+    cells = [_pm(*interval([s[f"{phase}_accuracy_by_stratum"][k] for _, s in rows]))
+             for k in strata]
+    lines.append(f"| {phase.upper()} greedy | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
 def plot(runs: list[dict], out_png: str) -> str:
   """Held-out greedy accuracy vs cumulative rollout tokens and vs RL seconds: the mean over seeds
   (points averaged at equal eval steps) with its 95% interval shaded."""
@@ -226,6 +288,10 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   runs = find_runs(_WORKDIRS.value)
   text = markdown(runs, _BASELINE.value, _TARGET.value)
+  if _LADDER.value:
+    dirs = sorted({d for p in _WORKDIRS.value for d in glob.glob(p)
+                   if os.path.exists(os.path.join(d, "summary.json"))})
+    text += "\n" + ladder_tables(dirs)
   os.makedirs(os.path.dirname(os.path.abspath(_OUT.value)), exist_ok=True)
   with open(_OUT.value, "w") as f:
     f.write(text)

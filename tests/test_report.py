@@ -68,3 +68,40 @@ def test_efficiency_table():
   assert "target accuracy 0.510" in text
   with pytest.raises(ValueError, match="--baseline"):
     report.efficiency(base, baseline="nope")
+
+
+def _ladder_summary(seed, sft, rl, shares=(0.3, 0.5, 0.2)):
+  by = {str(k): rl - 0.05 * (k - 2) for k in range(2, 8)}
+  return dict(seed=seed, sft_accuracy=sft, rl_accuracy=rl, sft_sampled_accuracy=sft - 0.02,
+              rl_sampled_accuracy=rl - 0.02, sft_step_error_rate=0.5, rl_step_error_rate=0.3,
+              wall_seconds=800.0, sft_accuracy_by_stratum={k: v - 0.1 for k, v in by.items()},
+              rl_accuracy_by_stratum=by,
+              sft_success_rate_shares={"share_below_0.1": shares[0],
+                                       "share_0.1_to_0.9": shares[1],
+                                       "share_above_0.9": shares[2]})
+
+
+def _write(tmp_path, name, summary):
+  d = tmp_path / name
+  d.mkdir()
+  (d / "summary.json").write_text(__import__("json").dumps(summary))
+  return str(d)
+
+
+def test_ladder_gate_table(tmp_path):
+  dirs = [_write(tmp_path, f"s{s}", _ladder_summary(s, 0.35, 0.50 + 0.01 * s)) for s in range(3)]
+  text = report.ladder_tables(dirs)
+  assert "| RL gain >= 0.1 (every run) | yes |" in text
+  assert "seed std of RL final <= 0.02 (is 0.0100) | yes |" in text
+  assert "| SFT rates > 0.9 >= 0.1 | yes |" in text
+  assert "| terms | 2 | 3 | 4 | 5 | 6 | 7 |" in text
+  assert "| RL greedy | 0.510 ± " in text
+  # A run that gains too little, a spread that is too wide, too few easy prompts: each fails.
+  bad = dirs[:2] + [_write(tmp_path, "bad", _ladder_summary(2, 0.45, 0.50, (0.3, 0.65, 0.05)))]
+  bad.append(_write(tmp_path, "wide", _ladder_summary(3, 0.30, 0.60)))
+  text = report.ladder_tables(bad)
+  assert "| RL gain >= 0.1 (every run) | **no** |" in text
+  assert "| SFT rates > 0.9 >= 0.1 | **no** |" in text
+  assert "(is 0.0486) | **no** |" in text
+  with pytest.raises(ValueError, match="per-stratum"):
+    report.ladder_tables([_write(tmp_path, "plain", {"seed": 0})])

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 from experiments import report
-from experiments.sweeps import estimators, launch
+from experiments.configs import ladder as ladder_config
+from experiments.sweeps import estimators, ladder_baselines, launch
 from rl_jax.metrics import MetricsWriter
-from rl_jax.train import experiment, init_from, loop, phases
+from rl_jax.train import experiment, init_from, loop, phases, rollouts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -32,6 +33,21 @@ def test_estimator_sweep_is_data():
   assert by_name["mc_grpo_g2_seed1"]["rl.group_size"] == 3  # G = 2 (+1 pivot).
   assert by_name["gdpo_format_seed0"]["rl.rewards"] == ("task_score", "format")
   assert {r["seed"] for r in runs} == {0, 1}
+
+
+def test_ladder_baselines_sweep_applies_to_the_ladder_config():
+  runs = ladder_baselines.get_sweep()
+  assert len(runs) == len(ladder_baselines.VARIANTS) * 3
+  assert {r["seed"] for r in runs} == {0, 1, 2}
+  for run in runs:
+    config = ladder_config.get_config()
+    overrides = {k: v for k, v in run.items() if k != "name"}
+    config.update_from_flattened_dict(overrides)  # A mistyped key raises here.
+    rollouts.check_config(config)
+    assert all(config[k.split(".")[0]] is not None for k in overrides)
+  by_name = {r["name"]: r for r in runs}
+  assert by_name["mc_grpo_seed2"]["rl.group_size"] == 5  # G = 4 (+1 pivot).
+  assert by_name["grpo_g4_seed0"]["rl.group_size"] == 4
 
 
 def test_launcher_dry_run_prints_commands_and_skips_finished_runs(tmp_path):
