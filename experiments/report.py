@@ -22,6 +22,13 @@ of freedom) of:
 plus the means of sampled accuracy, SFT accuracy, rollout tokens, RL and wall seconds. The second
 table lists every run. An interval that contains 0 (difference) or overlaps the baseline's is
 within seed noise. The PNG plots accuracy against cumulative rollout tokens and RL seconds.
+
+With `--ladder` (runs of configs/ladder.py) the report adds the proving ground's gate: per run,
+SFT and RL greedy accuracy, the gain, the SFT success-rate shares (below 0.1, in [0.1, 0.9], above
+0.9) and the step error rate; the 3-seed standard deviation of the final accuracy; a verdict per
+gate criterion; and held-out greedy accuracy per stratum (number of terms), SFT and RL:
+
+    python -m experiments.report --workdirs='runs/ladder_seed*' --out=runs/ladder.md --ladder
 """
 
 from __future__ import annotations

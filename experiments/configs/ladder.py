@@ -40,7 +40,7 @@ def get_config(arg: str = ""):
   c.task.update(train_size=30000, eval_size=1200, demo_noise=0.6)
   c.model.update(tie_embeddings=False, max_seq_len=128)
   c.sampling.max_new_tokens = 80
-  c.sft.update(steps=1600, batch_size=64, length_buckets=4, eval_every=800)
+  c.sft.update(steps=1600, batch_size=64, length_buckets=4, eval_every=0)
   c.sft.optim.lr = 2e-3
   c.rl.update(steps=75, prompts_per_step=32, group_size=8, eval_every=25, kl_coef=0.04,
               kl_kind="k3")
