@@ -107,3 +107,16 @@ def base() -> ml_collections.ConfigDict:
   c.mesh = ml_collections.ConfigDict(dict(shape=(1, 1, 1)))
   c.checkpoint = ml_collections.ConfigDict(dict(every=50, max_to_keep=2))
   return c
+
+
+def smoke(c: ml_collections.ConfigDict, *, eval_size: int, eval_batch_size: int,
+          **sft_overrides) -> None:
+  """Shrinks `c` in place to a seconds-long `:smoke` run (the tests use it): 300 train problems,
+  a 1-layer d32 model, 6 SFT steps of 16, 4 RL steps of 4 prompts x 4, evaluations every 2."""
+  c.task.update(train_size=300, eval_size=eval_size)
+  c.model.update(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64)
+  c.sft.update(steps=6, batch_size=16, **sft_overrides)
+  c.rl.update(steps=4, prompts_per_step=4, group_size=4, eval_every=2)
+  c.eval.batch_size = eval_batch_size
+  c.checkpoint.every = 2
+  c.progress = False

@@ -44,14 +44,7 @@ def get_config(arg: str = ""):
                 kl_coef=0.02, kl_kind="k3")
   c.rl.optim.update(lr=1e-4, warmup_steps=10, schedule="cosine", end_lr_frac=0.1)
   if arg == "smoke":
-    c.task.train_size = 300
-    c.task.eval_size = 40
-    c.model.update(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64)
-    c.sft.update(steps=6, batch_size=16)
-    c.rl.update(steps=4, prompts_per_step=4, group_size=4, eval_every=2)
-    c.eval.update(batch_size=64)
-    c.checkpoint.every = 2
-    c.progress = False
+    common.smoke(c, eval_size=40, eval_batch_size=64)
   elif arg:
     raise ValueError(f"unknown variant {arg!r} of default.py; expected '' or 'smoke'")
   c.lock()

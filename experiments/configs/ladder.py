@@ -52,14 +52,7 @@ def get_config(arg: str = ""):
   c.eval.update(batch_size=600, num_samples=8, temperatures=())
   c.checkpoint.every = 25
   if arg == "smoke":
-    c.task.train_size = 300
-    c.task.eval_size = 36
-    c.model.update(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64)
-    c.sft.update(steps=6, batch_size=16, length_buckets=2)
-    c.rl.update(steps=4, prompts_per_step=4, group_size=4, eval_every=2)
-    c.eval.update(batch_size=96)
-    c.checkpoint.every = 2
-    c.progress = False
+    common.smoke(c, eval_size=36, eval_batch_size=96, length_buckets=2)  # 6 per stratum.
   elif arg:
     raise ValueError(f"unknown variant {arg!r} of ladder.py; expected '' or 'smoke'")
   c.lock()
