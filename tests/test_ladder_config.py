@@ -9,7 +9,8 @@ import os
 import pytest
 
 from experiments.configs import ladder as ladder_config
-from rl_jax.train import loop
+from rl_jax import data
+from rl_jax.train import experiment, loop
 
 
 def test_ladder_smoke_end_to_end(tmp_path):
@@ -40,3 +41,29 @@ def test_ladder_config_variants():
   assert c.eval.num_samples >= 8  # the SFT success-rate histogram needs 8 samples per prompt
   with pytest.raises(AttributeError):
     c.rl.stepz = 3  # locked
+
+
+def _heldout(config):
+  tc = config.task
+  task = data.make_task(tc.name, tc.options.to_dict(), experiment.task_seed(config), 60,
+                        tc.eval_size)
+  return [e.prompt for e in task.heldout]
+
+
+def _with(config, **fields):
+  config = config.copy_and_resolve_references()
+  config.unlock()
+  for key, value in fields.items():
+    target, name = (config.task, key[5:]) if key.startswith("task_") else (config, key)
+    target[name] = value
+  return config
+
+
+def test_task_seed_pins_the_heldout_set_across_training_seeds():
+  config = ladder_config.get_config("smoke")
+  assert _heldout(_with(config, seed=0)) != _heldout(_with(config, seed=1))  # -1: config.seed.
+  assert (_heldout(_with(config, seed=0, task_seed=3))
+          == _heldout(_with(config, seed=1, task_seed=3))
+          == _heldout(_with(config, seed=3)))
+  with pytest.raises(ValueError, match=r"config.task.seed=-2"):
+    experiment.task_seed(_with(config, task_seed=-2))

@@ -46,7 +46,10 @@ def base() -> ml_collections.ConfigDict:
       chat_template=False,
       # How the scorer finds the answer in a completion: 'first_line' or 'last_number'
       # (rl_jax.data.tasks.ANSWER_EXTRACTIONS; chain-of-thought answers of numeric tasks).
-      answer_extraction="first_line"))
+      answer_extraction="first_line",
+      # Seed of the problems (train draws and held-out set); -1: config.seed. Pin it to keep one
+      # held-out set across training seeds, so that the seed spread is the training's alone.
+      seed=-1))
   # kind 'sentencepiece': a BPE model trained at run time on the task's text (vocab_size and
   # options apply); pieces may span spaces, so the task's fixed instruction becomes one token.
   # kind 'hf': the tokenizer.json (and chat template) of the checkpoint in model.path; eos_token

@@ -139,12 +139,24 @@ def make_tokenizer(config: ml_collections.ConfigDict, workdir: str,
                              **config.tokenizer.options.to_dict())
 
 
+def task_seed(config: ml_collections.ConfigDict) -> int:
+  """The seed of the task's problems: `task.seed`, or `config.seed` where it is -1 (the default).
+
+  Raises:
+    ValueError: `task.seed` is below -1.
+  """
+  seed = config.task.get("seed", -1)
+  if seed < -1:
+    raise ValueError(f"config.task.seed={seed}: expected -1 (use config.seed) or a seed >= 0")
+  return config.seed if seed == -1 else seed
+
+
 def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
   """Builds the task, makes the tokenizer, encodes the data and makes the mesh."""
   check_config(config)
   tc = config.task
-  task = data.make_task(tc.name, tc.options.to_dict(), config.seed, tc.train_size, tc.eval_size,
-                        answer_extraction=tc.answer_extraction)
+  task = data.make_task(tc.name, tc.options.to_dict(), task_seed(config), tc.train_size,
+                        tc.eval_size, answer_extraction=tc.answer_extraction)
   demo_rng = np.random.default_rng([config.seed, 7])
   if hasattr(task, "demonstrations"):  # A task with its own demonstration format (the ladder).
     demos = task.demonstrations(noise=tc.demo_noise, rng=demo_rng)
