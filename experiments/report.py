@@ -14,8 +14,11 @@ of freedom) of:
   * final greedy accuracy, and its paired difference to the baseline variant (seeds that both
     ran; same seed = same SFT policy in a sweep with a shared SFT);
   * tokens to target: rollout tokens at which the curve first reaches the target accuracy
-    (linear between evaluations; default target: the baseline's mean final accuracy). A run
-    that never reaches it counts as not reached, and the cell says how many did;
+    (linear between evaluations). The default target is paired: the final accuracy of the
+    baseline's run with the same seed (the same SFT policy in a sweep with a shared SFT; the
+    baseline's mean final for a seed it lacks), so that seed-to-seed differences of level do
+    not decide who reaches it; `--target` sets one accuracy for all. A run that never reaches
+    it counts as not reached, and the cell says how many did;
   * AUC: the area under accuracy vs rollout tokens over [0, T], T the smallest final token count
     of all runs (the same range for every variant), divided by T, i.e. the mean accuracy over
     the first T tokens;
@@ -53,8 +56,9 @@ _BASELINE = flags.DEFINE_string("baseline", None, "Variant the others are compar
                                 "'grpo' if present, else the first variant).")
 _LADDER = flags.DEFINE_bool("ladder", False, "Also write the proving ground's gate table, its "
                             "verdicts and the per-stratum table (runs of configs/ladder.py).")
-_TARGET = flags.DEFINE_float("target", None, "Target accuracy for tokens-to-target (default: the "
-                             "baseline's mean final greedy accuracy).")
+_TARGET = flags.DEFINE_float("target", None, "Target accuracy for tokens-to-target (default: "
+                             "each run's target is the final greedy accuracy of the baseline's "
+                             "run with the same seed).")
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
 # (column title, key of the per-run record, format)
@@ -163,12 +167,15 @@ def efficiency(runs: list[dict], baseline: str | None = None,
     raise ValueError(f"--baseline={baseline!r} is not a variant of these runs; expected one of "
                      f"{sorted(groups)}")
   base_final = {r["seed"]: r["rl_accuracy"] for r in groups[baseline]}
-  if target is None:
-    target = float(np.mean(list(base_final.values())))
+  mean_final = float(np.mean(list(base_final.values())))
+
+  def run_target(run: dict) -> float:  # Paired by default: the same seed's baseline final.
+    return target if target is not None else base_final.get(run["seed"], mean_final)
+
   max_tokens = min(r["curve"][-1][1] for r in runs)
   out = {}
   for variant, group in groups.items():
-    reach = [tokens_to_target(r["curve"], target) for r in group]
+    reach = [tokens_to_target(r["curve"], run_target(r)) for r in group]
     paired = [r["rl_accuracy"] - base_final[r["seed"]] for r in group if r["seed"] in base_final]
     out[variant] = dict(
         seeds=len(group), final=interval([r["rl_accuracy"] for r in group]),
@@ -178,14 +185,18 @@ def efficiency(runs: list[dict], baseline: str | None = None,
         auc=interval([auc(r["curve"], max_tokens) for r in group]) if max_tokens > 0 else
         (float("nan"), float("nan")),
         means={k: float(np.mean([r[k] for r in group])) for _, k, _ in COLUMNS})
-  return dict(variants=out, baseline=baseline, target=target, auc_tokens=max_tokens)
+  return dict(variants=out, baseline=baseline, target=target, baseline_final=mean_final,
+              auc_tokens=max_tokens)
 
 
 def markdown(runs: list[dict], baseline: str | None = None, target: float | None = None) -> str:
   """The efficiency table (mean ± 95% interval over seeds per variant), then every run."""
   eff = efficiency(runs, baseline, target)
-  lines = [f"Baseline `{eff['baseline']}`; target accuracy {eff['target']:.3f}; AUC over the "
-           f"first {eff['auc_tokens']:,.0f} rollout tokens; ± = 95% t interval over seeds.", "",
+  aim = (f"target accuracy {eff['target']:.3f}" if eff["target"] is not None else
+         f"target accuracy: the baseline's final with the same seed (mean "
+         f"{eff['baseline_final']:.3f})")
+  lines = [f"Baseline `{eff['baseline']}`; {aim}; AUC over the first {eff['auc_tokens']:,.0f} "
+           f"rollout tokens; ± = 95% t interval over seeds.", "",
            "| variant | seeds | greedy acc | Δ vs baseline (paired) | tokens to target | "
            "AUC (acc over tokens) | sampled acc | SFT greedy | rollout tokens | RL s | wall s |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

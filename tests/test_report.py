@@ -53,7 +53,18 @@ def test_efficiency_table():
           for s in range(3)]
   slow = [_run(f"slow_seed{s}", s, [(0, 0.0, 0.0, 0.2), (10, 1000.0, 1.0, 0.3)])
           for s in range(3)]
-  eff = report.efficiency(base + fast + slow, baseline="grpo")
+  paired = report.efficiency(base + fast + slow, baseline="grpo")
+  assert paired["target"] is None and paired["baseline_final"] == pytest.approx(0.51)
+  pv = paired["variants"]
+  # Seed s's target is grpo_seed{s}'s final 0.5 + 0.01 s: grpo reaches it at its last point,
+  # fast at 500 * (0.3 + 0.01 s) / (0.4 + 0.01 s).
+  assert pv["grpo"]["reached"] == 3 and pv["grpo"]["to_target"][0] == pytest.approx(1000.0)
+  assert pv["fast"]["to_target"][0] == pytest.approx(
+      np.mean([500 * (0.3 + 0.01 * s) / (0.4 + 0.01 * s) for s in range(3)]))
+  assert pv["slow"]["reached"] == 0
+  assert "the baseline's final with the same seed (mean 0.510)" in report.markdown(
+      base + fast + slow, baseline="grpo")
+  eff = report.efficiency(base + fast + slow, baseline="grpo", target=0.51)
   assert eff["target"] == pytest.approx(0.51)
   assert eff["auc_tokens"] == 500.0
   v = eff["variants"]
@@ -63,7 +74,7 @@ def test_efficiency_table():
   assert v["fast"]["delta"] == (pytest.approx(0.1), pytest.approx(0.0, abs=1e-12))
   assert v["slow"]["reached"] == 0 and math.isnan(v["slow"]["to_target"][0])
   assert v["grpo"]["reached"] == 2  # seed 0 ends at 0.50 < 0.51
-  text = report.markdown(base + fast + slow, baseline="grpo")
+  text = report.markdown(base + fast + slow, baseline="grpo", target=0.51)
   assert "| slow | 3 |" in text and "reached 0/3" in text and "reached 2/3" in text
   assert "target accuracy 0.510" in text
   with pytest.raises(ValueError, match="--baseline"):
