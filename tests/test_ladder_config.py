@@ -61,9 +61,14 @@ def _with(config, **fields):
 
 def test_task_seed_pins_the_heldout_set_across_training_seeds():
   config = ladder_config.get_config("smoke")
-  assert _heldout(_with(config, seed=0)) != _heldout(_with(config, seed=1))  # -1: config.seed.
+  # The ladder pins its problems: every training seed is measured on one held-out set.
+  assert config.task.seed == 0
+  assert _heldout(_with(config, seed=0)) == _heldout(_with(config, seed=2))
+  # -1: the problems follow config.seed.
+  assert (_heldout(_with(config, seed=0, task_seed=-1))
+          != _heldout(_with(config, seed=1, task_seed=-1)))
   assert (_heldout(_with(config, seed=0, task_seed=3))
           == _heldout(_with(config, seed=1, task_seed=3))
-          == _heldout(_with(config, seed=3)))
+          == _heldout(_with(config, seed=3, task_seed=-1)))
   with pytest.raises(ValueError, match=r"config.task.seed=-2"):
     experiment.task_seed(_with(config, task_seed=-2))

@@ -40,6 +40,10 @@ def get_config(arg: str = ""):
   c.task.name = "ladder"
   c.task.options = dict(min_terms=2, max_terms=7, min_digits=1, max_digits=2)
   c.task.update(train_size=30000, eval_size=1200, demo_noise=0.6)
+  # One problem set for every training seed: with the held-out set drawn per seed, its sampling
+  # error (different 1,200 problems) made up most of the seed spread (README, "The proving
+  # ground"). `--config.task.seed=-1` draws the problems from config.seed again.
+  c.task.seed = 0
   c.model.update(tie_embeddings=False, max_seq_len=128)
   c.sampling.max_new_tokens = 80
   c.sft.update(steps=1600, batch_size=64, length_buckets=4, eval_every=0)
