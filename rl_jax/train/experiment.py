@@ -23,6 +23,7 @@ from rl_jax.data.batching import encode_completions, encode_prompts
 from rl_jax.tokenizers import HFTokenizer, Tokenizer, train_sentencepiece
 
 TOKENIZER_KINDS = ("sentencepiece", "hf")
+DATA_SOURCES = ("memory", "grain")
 
 
 @dataclasses.dataclass
@@ -41,6 +42,9 @@ class Experiment:
   demo_mask: np.ndarray
   heldout_prompts: np.ndarray  # [M, P]
   heldout_prompt_mask: np.ndarray
+  # config.data.source='grain': the TFDS train split (records index i <-> task.train[i]) that the
+  # phases' grain loaders read; None with 'memory'.
+  train_source: Any = None
 
   @property
   def max_new_tokens(self) -> int:
@@ -121,6 +125,32 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                      "instruct checkpoint in config.model.path)")
   if path:
     check_model_dir(path)
+  if config.data.source not in DATA_SOURCES:
+    raise ValueError(f"config.data.source must be one of {list(DATA_SOURCES)}, got "
+                     f"{config.data.source!r}")
+  if config.data.source == "grain" and config.sft.length_buckets > 1:
+    raise ValueError("config.sft.length_buckets > 1 draws its batches by length bucket, which "
+                     "config.data.source='grain' does not do; set data.source='memory' or "
+                     "sft.length_buckets=0")
+
+
+def data_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
+  """`config.data.data_dir`, or WORKDIR/tfds where it is ''."""
+  return config.data.data_dir or os.path.join(workdir, "tfds")
+
+
+def tfds_train_source(config: ml_collections.ConfigDict, workdir: str, task) -> Any:
+  """The task's TFDS dataset (written under `data_dir` unless there): its 'train' split."""
+  from rl_jax.data import tfds_builders  # pylint: disable=import-outside-toplevel
+  tc = config.task
+  spec = tfds_builders.task_spec(tc.name, tc.options.to_dict(), task_seed(config), tc.train_size,
+                                 tc.eval_size, tc.answer_extraction)
+  source = tfds_builders.prepare_task(spec, data_dir(config, workdir), task=task)["train"]
+  if len(source) != len(task.train):
+    raise ValueError(f"the TFDS dataset {spec.name} under {data_dir(config, workdir)} holds "
+                     f"{len(source)} train problems, the task {len(task.train)}; delete that "
+                     "directory to rebuild it")
+  return source
 
 
 def make_tokenizer(config: ml_collections.ConfigDict, workdir: str,
@@ -177,4 +207,6 @@ def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
       mesh=parallel.make_mesh(tuple(config.mesh.shape)),
       train_prompts=prompts[:n], train_prompt_mask=prompt_mask[:n],
       demo_tokens=demo_tokens, demo_mask=demo_mask,
-      heldout_prompts=prompts[n:], heldout_prompt_mask=prompt_mask[n:])
+      heldout_prompts=prompts[n:], heldout_prompt_mask=prompt_mask[n:],
+      train_source=(tfds_train_source(config, workdir, task)
+                    if config.data.source == "grain" else None))

@@ -2,6 +2,8 @@
 
 A phase's data and randomness depend only on (seed, phase, step), and its state (params, optimizer,
 step) is checkpointed, so a run stopped after step k and resumed reproduces the uninterrupted run.
+With `config.data.source='grain'` the phase's problems come from a grain loader
+(`data.grain_source.ProblemStream`, seeded by (seed, phase)) whose state is checkpointed with it.
 """
 
 from __future__ import annotations
@@ -129,10 +131,22 @@ def checkpoint_dir(workdir: str, phase: str) -> str:
   return os.path.join(workdir, "checkpoints", phase)
 
 
-def _ckpt(exp: Experiment, phase: str) -> Checkpointer:
+def _ckpt(exp: Experiment, phase: str, stream=None) -> Checkpointer:
   c = exp.config.checkpoint
   return Checkpointer(checkpoint_dir(exp.workdir, phase), save_every=c.every,
-                      max_to_keep=c.max_to_keep)
+                      max_to_keep=c.max_to_keep,
+                      data_iterator=None if stream is None else stream.iterator)
+
+
+def problem_stream(exp: Experiment, phase: str, batch_size: int):
+  """The phase's grain `ProblemStream` over the TFDS train split, or None (data.source='memory')."""
+  if exp.train_source is None:
+    return None
+  from rl_jax.data import grain_source  # pylint: disable=import-outside-toplevel
+  return grain_source.ProblemStream(
+      exp.train_source, batch_size, seed=grain_source.sampler_seed(exp.config.seed,
+                                                                   PHASE_TAGS[phase]),
+      worker_count=exp.config.data.worker_count)
 
 
 def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWriter,
@@ -144,7 +158,8 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
   """
   cfg = exp.config.sft
   tx = make_optimizer(cfg.optim, num_steps)
-  ckpt = _ckpt(exp, phase)
+  stream = problem_stream(exp, phase, cfg.batch_size)
+  ckpt = _ckpt(exp, phase, stream)
   state, start, seconds, state_sh = _restore_or_init(exp, ckpt, params, tx)
   n = len(exp.train_prompts)
   tag = PHASE_TAGS[phase]
@@ -160,7 +175,8 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
   def step_fn(state, step):
     rng = exp.host_rng(tag, step)
     if buckets is None:
-      idx = rng.choice(n, cfg.batch_size, replace=False)
+      idx = (rng.choice(n, cfg.batch_size, replace=False) if stream is None
+             else stream.next_indices())
       batch = SFTBatch(exp.train_prompts[idx], exp.train_prompt_mask[idx], exp.demo_tokens[idx],
                        exp.demo_mask[idx])
     else:  # Left-padded prompts keep their last P_b columns, completions their first T_b.
@@ -194,7 +210,8 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   rollouts.check_config(exp.config)
   # Every iteration on a rollout is an optimizer update: the schedule counts all of them.
   tx = make_optimizer(cfg.optim, cfg.steps * cfg.num_iterations)
-  ckpt = _ckpt(exp, "rl")
+  stream = problem_stream(exp, "rl", cfg.prompts_per_step)
+  ckpt = _ckpt(exp, "rl", stream)
   state, start, seconds, state_sh = _restore_or_init(exp, ckpt, sft_params, tx)
   hyper = rl_hyper(exp)
   params_sh = parallel.tree_shardings(sft_params, exp.mesh)
@@ -218,7 +235,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
       out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=0)
 
   def step_fn(state, step):
-    batch, rewards, host_metrics = rollouts.rollout(exp, state.params, step)
+    batch, rewards, host_metrics = rollouts.rollout(exp, state.params, step, stream)
     # The sampler's outputs are device arrays committed to its own sharding, and jit does not
     # reshard committed arguments: move them to the step's batch sharding.
     batch = jax.device_put(batch, batch_sh)

@@ -155,8 +155,12 @@ def select_groups(informative: list[np.ndarray], num_groups: int,
   return rows, np.repeat(np.arange(num_groups) < kept, group_size), kept
 
 
-def generation_round(exp: Experiment, params, step: int, round_idx: int):
-  """Samples G completions for each of B fresh prompts; returns (rollout, raw rewards [R, K])."""
+def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=None):
+  """Samples G completions for each of B fresh prompts; returns (rollout, raw rewards [R, K]).
+
+  The prompts are the host RNG's draw of (seed, step, round), or the next batch of `stream`
+  (a `data.grain_source.ProblemStream`; config.data.source='grain').
+  """
   rl = exp.config.rl
   if round_idx == 0:
     rng = exp.host_rng(RL_TAG, step)
@@ -165,7 +169,8 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int):
     rng = exp.host_rng(EXTRA_ROUND_TAG, step, round_idx)
     key = jax.random.fold_in(jax.random.fold_in(
         jax.random.fold_in(exp.root_key(), EXTRA_ROUND_TAG), step), round_idx)
-  idx = rng.choice(len(exp.train_prompts), rl.prompts_per_step, replace=False)
+  idx = (rng.choice(len(exp.train_prompts), rl.prompts_per_step, replace=False)
+         if stream is None else stream.next_indices())
   rows = np.repeat(idx, rl.group_size)
   sample = {"iid": _iid_rows, "latr": _latr_rows, "eptree": _eptree_rows}[rl.rollout]
   out, rewards, extra = sample(exp, params, idx, key, rng, step)
@@ -291,6 +296,7 @@ def collect(draw: Callable[[int], tuple[Rollout, np.ndarray]], config):
   return batch, shaped, metrics
 
 
-def rollout(exp: Experiment, params, step: int):
-  """The RL batch of `step`: (Rollout, rewards [R, K] float32, host metrics)."""
-  return collect(lambda k: generation_round(exp, params, step, k), exp.config)
+def rollout(exp: Experiment, params, step: int, stream=None):
+  """The RL batch of `step`: (Rollout, rewards [R, K] float32, host metrics); `stream` as in
+  `generation_round`."""
+  return collect(lambda k: generation_round(exp, params, step, k, stream), exp.config)
