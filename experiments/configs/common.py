@@ -108,9 +108,11 @@ def base() -> ml_collections.ConfigDict:
   # 'memory' (default): the task's lists, each step's batch drawn with a stateless host RNG.
   # 'grain': the task written once as a TFDS dataset (array_record, rl_jax.data.tfds_builders)
   # under data_dir ('' = WORKDIR/tfds) and read by a grain DataLoader (epoch shuffling, sharded
-  # by JAX process, worker_count reader processes; 0 = in process); the loader's state is saved
-  # with every checkpoint, so a resumed run reads the same problems in the same order.
-  c.data = ml_collections.ConfigDict(dict(source="memory", data_dir="", worker_count=0))
+  # by JAX process; worker_count reader processes, 0 = in process; read_threads threads reading
+  # ahead, 0 = none); the loader's state is saved with every checkpoint, so a resumed run reads
+  # the same problems in the same order.
+  c.data = ml_collections.ConfigDict(dict(source="memory", data_dir="", worker_count=0,
+                                          read_threads=0))
   c.control = ml_collections.ConfigDict(dict(enabled=True))
   c.eval = ml_collections.ConfigDict(dict(num_samples=4, temperatures=(0.3, 0.5, 0.7, 1.0),
                                           batch_size=500))

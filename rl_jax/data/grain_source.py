@@ -42,11 +42,14 @@ class ProblemStream:
       and fit in one process's shard.
     seed: the sampler's seed (each epoch's order depends on it alone).
     worker_count: grain worker processes (0: read in this process; the records are tiny).
+    read_threads: threads that read records ahead (grain `ReadOptions.num_threads`); 0 reads
+      each record when the batch needs it, which on a 2-core CPU was the fastest (see
+      benchmarks/data_path.py).
     shuffle: shuffle every epoch (False: records in stored order).
   """
 
   def __init__(self, source: Any, batch_size: int, *, seed: int, worker_count: int = 0,
-               shuffle: bool = True):
+               read_threads: int = 0, shuffle: bool = True):
     processes = jax.process_count()
     if batch_size <= 0 or batch_size % processes:
       raise ValueError(f"batch_size={batch_size} must be a positive multiple of the number of "
@@ -55,14 +58,16 @@ class ProblemStream:
     if per_process > len(source) // processes:
       raise ValueError(f"batch_size={batch_size} is larger than the {len(source)} records of "
                        f"{source!r} ({processes} process shard(s))")
-    if worker_count < 0:
-      raise ValueError(f"worker_count (config.data.worker_count) must be >= 0, got "
-                       f"{worker_count}")
+    for name, value in (("worker_count", worker_count), ("read_threads", read_threads)):
+      if value < 0:
+        raise ValueError(f"{name} (config.data.{name}) must be >= 0, got {value}")
     sampler = grain.samplers.IndexSampler(
         num_records=len(source), shard_options=grain.sharding.ShardByJaxProcess(
             drop_remainder=True), shuffle=shuffle, num_epochs=None, seed=seed)
     self.loader = grain.DataLoader(
         data_source=source, sampler=sampler, worker_count=worker_count,
+        read_options=grain.ReadOptions(num_threads=read_threads,
+                                       prefetch_buffer_size=4 * per_process * (read_threads > 0)),
         operations=[_Index(), grain.transforms.Batch(per_process, drop_remainder=True)])
     self.iterator = iter(self.loader)
 

@@ -146,7 +146,7 @@ def problem_stream(exp: Experiment, phase: str, batch_size: int):
   return grain_source.ProblemStream(
       exp.train_source, batch_size, seed=grain_source.sampler_seed(exp.config.seed,
                                                                    PHASE_TAGS[phase]),
-      worker_count=exp.config.data.worker_count)
+      worker_count=exp.config.data.worker_count, read_threads=exp.config.data.read_threads)
 
 
 def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWriter,
