@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import chex
 import flax.struct
 import jax
 
@@ -66,3 +67,35 @@ class SFTBatch:
   prompt_mask: jax.Array
   tokens: jax.Array
   mask: jax.Array
+
+
+# Boundary checks (chex). They look at static shapes and dtypes only, so under `jit` they run once,
+# at trace time, and cost nothing per step; a bad batch fails with the field's shape in the message.
+
+
+def check_sft_batch(batch: SFTBatch) -> None:
+  """Asserts an SFTBatch's layout: prompt [N, P] and completion [N, T] token/mask pairs, int
+  tokens, bool masks."""
+  chex.assert_rank([batch.prompt_tokens, batch.prompt_mask, batch.tokens, batch.mask], 2)
+  chex.assert_equal_shape([batch.prompt_tokens, batch.prompt_mask])
+  chex.assert_equal_shape([batch.tokens, batch.mask])
+  chex.assert_equal_shape_prefix([batch.prompt_tokens, batch.tokens], 1)
+  chex.assert_type([batch.prompt_tokens, batch.tokens, batch.prompt_mask, batch.mask],
+                   [int, int, bool, bool])
+
+
+def check_rollout(rollout: Rollout, rewards: Optional[jax.Array] = None) -> None:
+  """Asserts a Rollout's layout (the shapes in its docstring, int tokens, bool masks, float
+  log-probs) and, if given, that `rewards` is [R] or [R, K]."""
+  chex.assert_rank([rollout.prompt_tokens, rollout.prompt_mask, rollout.tokens, rollout.mask,
+                    rollout.logp, rollout.group, rollout.valid], [2, 2, 2, 2, 2, 1, 1])
+  chex.assert_equal_shape([rollout.prompt_tokens, rollout.prompt_mask])
+  chex.assert_equal_shape([rollout.tokens, rollout.mask, rollout.logp])
+  chex.assert_equal_shape_prefix([rollout.prompt_tokens, rollout.tokens, rollout.group,
+                                  rollout.valid], 1)
+  chex.assert_type([rollout.prompt_tokens, rollout.tokens, rollout.group, rollout.prompt_mask,
+                    rollout.mask, rollout.valid, rollout.logp],
+                   [int, int, int, bool, bool, bool, float])
+  if rewards is not None:
+    chex.assert_rank(rewards, {1, 2})
+    chex.assert_axis_dimension(rewards, 0, rollout.tokens.shape[0])

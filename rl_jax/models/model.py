@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -47,6 +48,13 @@ def logits_from_hidden(cfg: ModelConfig, params: Params, hidden: jax.Array) -> j
                     preferred_element_type=jnp.float32)
 
 
+def _check_tokens(tokens: jax.Array, mask: jax.Array) -> None:
+  """Trace-time chex checks at the model's entry points: int tokens [B, L], a mask of that shape."""
+  chex.assert_rank(tokens, 2)
+  chex.assert_type(tokens, int)
+  chex.assert_equal_shape([tokens, mask])
+
+
 def positions_from_mask(mask: jax.Array) -> jax.Array:
   """Position ids that skip padding: the first real token of every row gets 0."""
   return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
@@ -57,6 +65,7 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens: jax.Array,
   """Final-normed hidden states [B, T, D] of a full (uncached) forward pass."""
   if attention_mask is None:
     attention_mask = jnp.ones(tokens.shape, bool)
+  _check_tokens(tokens, attention_mask)
   attention_mask = attention_mask.astype(bool)
   t = tokens.shape[1]
   causal = jnp.tril(jnp.ones((t, t), bool))
@@ -70,6 +79,7 @@ def hidden_states_and_kv(cfg: ModelConfig, params: Params, tokens: jax.Array,
                          attention_mask: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
   """`hidden_states`, plus every layer's keys/values [n_layers, B, KVH, T, hd] (a reusable
   prefix for `hidden_states_after`)."""
+  _check_tokens(tokens, attention_mask)
   attention_mask = attention_mask.astype(bool)
   t = tokens.shape[1]
   key_mask = jnp.tril(jnp.ones((t, t), bool))[None] & attention_mask[:, None, :]
@@ -86,6 +96,9 @@ def hidden_states_after(cfg: ModelConfig, params: Params, prefix_kv: tuple[jax.A
   `prefix_mask` [B, P]; the tokens are right-padded (`attention_mask` [B, L]). Equal to a full
   forward pass over prefix ++ tokens, without recomputing the prefix.
   """
+  _check_tokens(tokens, attention_mask)
+  chex.assert_rank(prefix_mask, 2)
+  chex.assert_equal_shape_prefix([prefix_mask, tokens], 1)
   prefix_mask, attention_mask = prefix_mask.astype(bool), attention_mask.astype(bool)
   b, l = tokens.shape
   positions = (prefix_mask.sum(-1, dtype=jnp.int32)[:, None]
@@ -107,6 +120,8 @@ def forward(cfg: ModelConfig, params: Params, tokens: jax.Array,
 def extend(cfg: ModelConfig, params: Params, cache: KVCache, tokens: jax.Array,
            mask: jax.Array) -> tuple[jax.Array, KVCache]:
   """Appends a block of L tokens [B, L] (mask [B, L]) to the cache; returns hidden [B, L, D]."""
+  _check_tokens(tokens, mask)
+  chex.assert_axis_dimension(tokens, 0, cache.mask.shape[0])
   b, l = tokens.shape
   mask = mask.astype(bool)
   kv_mask = jax.lax.dynamic_update_slice(cache.mask, mask, (0, cache.index))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence, Tuple
 
+import chex
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -48,7 +49,10 @@ def get(name: str) -> Callable[..., AdvOut]:
 
 def _prep(rewards: Array, valid: Array) -> Tuple[Array, Array]:
   """rewards as float32 (0 where invalid, so NaN padding is harmless) and
-  valid as a {0,1} float32 mask of the same rank."""
+  valid as a {0,1} float32 mask of the same rank. Asserts (chex, at trace time) rewards [B, G]
+  or [B, G, K] and valid [B, G]."""
+  chex.assert_rank(rewards, {2, 3})
+  chex.assert_shape(valid, tuple(jnp.shape(rewards)[:2]))
   v = jnp.asarray(valid, bool)
   r = jnp.asarray(rewards, jnp.float32)
   v = v.reshape(v.shape + (1,) * (r.ndim - v.ndim))

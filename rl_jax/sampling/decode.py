@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+import chex
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -78,6 +79,9 @@ def generate_with_cache(params, prompt: jax.Array, prompt_mask: jax.Array, rng: 
   Completion token j of row r sits in slot P + j (j < T − 1; the last token is not fed), so a
   tree sampler can fork a row at any position without recomputing its prefix.
   """
+  chex.assert_rank([prompt, prompt_mask], 2)
+  chex.assert_equal_shape([prompt, prompt_mask])
+  chex.assert_type(prompt, int)
   b, p = prompt.shape
   cache = models.init_cache(cfg, b, cache_size or p + max_new_tokens)
   logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)

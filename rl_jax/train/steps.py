@@ -21,12 +21,13 @@ from rl_jax import models
 from rl_jax.rl import logprobs, losses
 from rl_jax.train import rl_inputs
 from rl_jax.train.state import TrainState
-from rl_jax.types import Rollout, SFTBatch
+from rl_jax.types import Rollout, SFTBatch, check_rollout, check_sft_batch
 
 
 def sft_step(state: TrainState, batch: SFTBatch, *,
              model_cfg: models.ModelConfig) -> tuple[TrainState, dict]:
   """One cross-entropy step on target completions (token-mean over the batch)."""
+  check_sft_batch(batch)
 
   def loss_fn(params):
     logp = logprobs.completion_logprobs(model_cfg, params, batch.prompt_tokens, batch.prompt_mask,
@@ -118,6 +119,7 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
     The new state (`step` advanced by num_iterations) and metrics; loss terms and gradient norms
     are means over the iterations.
   """
+  check_rollout(rollout, rewards)
   m_count = hyper.num_minibatches
   lp = functools.partial(logprobs.completion_logprobs, model_cfg,
                          temperature=hyper.temperature, group_size=hyper.prompt_group)

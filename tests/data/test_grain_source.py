@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import chex
 import jax
-import numpy as np
 import pytest
 
 from rl_jax.checkpoint import CheckpointMismatchError, Checkpointer
@@ -47,7 +47,7 @@ def test_checkpoint_restores_the_data_order(train_source, tmp_path):
   with Checkpointer(tmp_path / "ckpt", save_every=1, data_iterator=fresh.iterator) as ckpt:
     restored, meta = ckpt.restore(3, state)
   assert meta == {"phase": "test"}
-  np.testing.assert_array_equal(restored["w"], state["w"])
+  chex.assert_trees_all_equal(restored, state)
   assert _take(fresh, 10) == want
   assert _take(grain_source.ProblemStream(train_source, 4, seed=5), 10) != want
 

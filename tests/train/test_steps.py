@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -74,8 +75,7 @@ def _step(hyper, params, ref, batch, rewards=REWARDS):
 
 
 def _assert_trees_close(a, b, atol=ATOL):
-  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(a), jax.tree_util.tree_leaves(b)):
-    np.testing.assert_allclose(x, y, atol=atol, err_msg=jax.tree_util.keystr(path))
+  chex.assert_trees_all_close(a, b, atol=atol, rtol=1e-7)  # Same structure, every leaf close.
 
 
 @pytest.mark.parametrize("num_micro, options", [
