@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -98,3 +99,14 @@ def test_jsonl_errors_name_file_and_line(tmp_path):
   assert not os.path.exists(tmp_path / "t2" / "rl_jax_jsonl")  # Nothing half-written is kept.
   with pytest.raises(ValueError, match="split name 'bad-name'"):
     tfds_builders.jsonl_spec({"bad-name": str(tmp_path / "bad.jsonl")})
+
+
+def test_memory_path_imports_no_data_extra():
+  """The default run path (data.source='memory') imports neither TFDS nor grain (the [data]
+  extra), and nothing imports TensorFlow."""
+  code = ("import sys; import rl_jax.train.loop, experiments.run; "
+          "print(sorted(m for m in ('tensorflow', 'tensorflow_datasets', 'grain') "
+          "if m in sys.modules))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+  assert out.stdout.strip().splitlines()[-1] == "[]"
