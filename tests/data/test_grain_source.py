@@ -49,6 +49,8 @@ def test_checkpoint_restores_the_data_order(train_source, tmp_path):
   assert meta == {"phase": "test"}
   chex.assert_trees_all_equal(restored, state)
   assert _take(fresh, 10) == want
+  with Checkpointer(tmp_path / "ckpt", save_every=1) as plain:  # e.g. config.init_from
+    chex.assert_trees_all_equal(plain.restore(3, state), (state, {"phase": "test"}))
   assert _take(grain_source.ProblemStream(train_source, 4, seed=5), 10) != want
 
 
