@@ -22,7 +22,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from rl_jax import data, sampling
+from rl_jax import data, models, sampling
 from rl_jax.data import ladder
 from rl_jax.metrics import MetricsWriter, plot_curves
 from rl_jax.train import evaluate, experiment, init_from, phases
@@ -70,6 +70,7 @@ def _evaluator(exp: experiment.Experiment):
   key = jax.random.fold_in(exp.root_key(), phases.PHASE_TAGS["eval"])
 
   def run_eval(params, temperature: float, num_samples: int) -> dict:
+    params = models.cast_params(exp.model_cfg, params)  # master weights -> model.param_dtype
     strategy = sampling.Sampling(temperature=temperature)
     texts = evaluate.completions(params, exp.heldout_prompts, exp.heldout_prompt_mask,
                                  exp.tokenizer, key, cfg=exp.model_cfg, strategy=strategy,

@@ -42,10 +42,10 @@ class PhaseResult:
 
 
 def init_params(exp: Experiment) -> Any:
-  """The initial policy parameters, placed with their shardings.
+  """The initial policy parameters (master weights, in `config.train.master_dtype`), placed with
+  their shardings.
 
-  With `config.model.path` these are the checkpoint's weights (`models.load_hf`, in the config's
-  param_dtype): the SFT phase starts from them, and with `sft.steps=0` the RL phase and its
+  With `config.model.path` these are the checkpoint's weights (`models.load_hf`): the SFT phase starts from them, and with `sft.steps=0` the RL phase and its
   frozen KL reference do too. Otherwise a random initialization created directly with its
   shardings (eval_shape -> rules -> jit).
 
@@ -54,7 +54,7 @@ def init_params(exp: Experiment) -> Any:
   """
   if exp.config.model.path:
     return _load_params(exp)
-  init = functools.partial(models.init_params, exp.model_cfg)
+  init = functools.partial(models.init_params, exp.master_cfg)
   key = jax.random.fold_in(exp.root_key(), 0)
   shardings = parallel.tree_shardings(jax.eval_shape(init, key), exp.mesh)
   return jax.jit(init, out_shardings=shardings)(key)
@@ -63,10 +63,10 @@ def init_params(exp: Experiment) -> Any:
 def _load_params(exp: Experiment) -> Any:
   path = exp.config.model.path
   cfg, params = models.load_hf(path, dtype=exp.model_cfg.dtype,
-                               param_dtype=exp.model_cfg.param_dtype)
-  if cfg != exp.model_cfg:
+                               param_dtype=exp.master_cfg.param_dtype)
+  if dataclasses.replace(cfg, remat=exp.model_cfg.remat) != exp.master_cfg:
     raise ValueError(f"config.model.path={path!r} now holds {cfg}; the run was built for "
-                     f"{exp.model_cfg}")
+                     f"{exp.master_cfg}")
   return jax.device_put(params, parallel.tree_shardings(params, exp.mesh))
 
 
@@ -80,6 +80,18 @@ def _state(exp: Experiment, params, tx):
 def _batch_shardings(exp: Experiment, tree):
   return jax.tree_util.tree_map(
       lambda x: parallel.batch_sharding(exp.mesh, x.ndim, x.shape[0] if x.ndim else None), tree)
+
+
+def _donate(exp: Experiment) -> tuple[int, ...]:
+  """The step's donated arguments: the train state (argument 0) unless `config.train.donate` is
+  off."""
+  return (0,) if exp.config.train.donate else ()
+
+
+def _compute_params(exp: Experiment, params):
+  """The `model.param_dtype` copy of master weights that the sampler runs on (the arrays
+  themselves where the dtypes agree)."""
+  return models.cast_params(exp.model_cfg, params)
 
 
 def _maybe_interrupt(exp: Experiment, phase: str, step: int):
@@ -152,7 +164,8 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
                      exp.demo_tokens[:cfg.batch_size], exp.demo_mask[:cfg.batch_size])
   step_jit = jax.jit(functools.partial(steps_lib.sft_step, model_cfg=exp.model_cfg),
                      in_shardings=(state_sh, _batch_shardings(exp, example)),
-                     out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=0)
+                     out_shardings=(state_sh, parallel.replicated(exp.mesh)),
+                     donate_argnums=_donate(exp))
 
   buckets = (LengthBuckets(exp.train_prompt_mask, exp.demo_mask, cfg.length_buckets,
                            cfg.batch_size) if cfg.length_buckets > 1 else None)
@@ -215,10 +228,10 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
       functools.partial(steps_lib.rl_step, model_cfg=exp.model_cfg, hyper=hyper),
       in_shardings=(state_sh, params_sh, batch_sh,
                     _batch_shardings(exp, np.zeros((r, len(cfg.rewards)), np.float32))),
-      out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=0)
+      out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=_donate(exp))
 
   def step_fn(state, step):
-    batch, rewards, host_metrics = rollouts.rollout(exp, state.params, step)
+    batch, rewards, host_metrics = rollouts.rollout(exp, _compute_params(exp, state.params), step)
     # The sampler's outputs are device arrays committed to its own sharding, and jit does not
     # reshard committed arguments: move them to the step's batch sharding.
     batch = jax.device_put(batch, batch_sh)
