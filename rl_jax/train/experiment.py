@@ -176,7 +176,12 @@ def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
   else:
     demos = data.demonstrations(task.train, noise=tc.demo_noise, rng=demo_rng)
   texts = [e.prompt for e in task.train] + [e.answer for e in demos]
-  tokenizer = make_tokenizer(config, workdir, texts)
+  # Multi-host: process 0 trains (and caches) the tokenizer, the others then load its files.
+  if parallel.is_primary():
+    tokenizer = make_tokenizer(config, workdir, texts)
+  parallel.sync("experiment.tokenizer")
+  if not parallel.is_primary():
+    tokenizer = make_tokenizer(config, workdir, texts)
   model_cfg = model_config(config, tokenizer.vocab_size)
   t = config.sampling.max_new_tokens
   max_prompt = model_cfg.max_seq_len - t

@@ -104,7 +104,8 @@ def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step
   """The shared loop: step_fn(state, step) -> (state, metrics dict of device scalars)."""
   state, start, seconds = state_and_meta
   writer.truncate(phase, start)
-  bar = ProgressBar(num_steps, desc=phase, initial=start, disable=not exp.config.progress)
+  bar = ProgressBar(num_steps, desc=phase, initial=start,
+                    disable=not exp.config.progress or not parallel.is_primary())
   for step in range(start, num_steps):
     t0 = time.perf_counter()
     state, metrics = step_fn(state, step)
@@ -180,7 +181,8 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
       idx, p, t = buckets.sample(rng)
       batch = SFTBatch(exp.train_prompts[idx, -p:], exp.train_prompt_mask[idx, -p:],
                        exp.demo_tokens[idx, :t], exp.demo_mask[idx, :t])
-    return step_jit(state, batch)
+    # Multi-host: each process places only its own rows.
+    return step_jit(state, parallel.put_global(batch, _batch_shardings(exp, batch)))
 
   state, seconds = _run_steps(exp, phase, (state, start, seconds), num_steps, step_fn, writer,
                               ckpt, eval_fn=eval_fn, eval_every=cfg.eval_every)
@@ -224,18 +226,19 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
         parent=np.zeros((b, n), np.int32), depth=np.zeros((b, n), np.int32),
         leaf_node=np.zeros((r, n), bool), node_of=np.zeros((r, t), np.int32)))
   batch_sh = _batch_shardings(exp, example)
+  rewards_sh = _batch_shardings(exp, np.zeros((r, len(cfg.rewards)), np.float32))
   step_jit = jax.jit(
       functools.partial(steps_lib.rl_step, model_cfg=exp.model_cfg, hyper=hyper),
-      in_shardings=(state_sh, params_sh, batch_sh,
-                    _batch_shardings(exp, np.zeros((r, len(cfg.rewards)), np.float32))),
+      in_shardings=(state_sh, params_sh, batch_sh, rewards_sh),
       out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=_donate(exp))
 
   def step_fn(state, step):
     batch, rewards, host_metrics = rollouts.rollout(exp, _compute_params(exp, state.params), step)
     # The sampler's outputs are device arrays committed to its own sharding, and jit does not
-    # reshard committed arguments: move them to the step's batch sharding.
-    batch = jax.device_put(batch, batch_sh)
-    state, metrics = step_jit(state, sft_params, batch, rewards)
+    # reshard committed arguments: move them to the step's batch sharding (multi-host: host
+    # arrays, of which each process places its own rows).
+    batch = parallel.put_global(batch, batch_sh)
+    state, metrics = step_jit(state, sft_params, batch, parallel.put_global(rewards, rewards_sh))
     return state, dict(metrics, **host_metrics)
 
   state, seconds = _run_steps(exp, "rl", (state, start, seconds), cfg.steps, step_fn, writer, ckpt,
