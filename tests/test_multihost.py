@@ -27,7 +27,8 @@ TIMEOUT_S = 420
 ARGS = ["--config=experiments/configs/default.py:smoke", "--config.sft.steps=2",
         "--config.rl.steps=1", "--config.rl.overlong_buffer=4", "--config.control.enabled=False",
         "--config.eval.temperatures=()", "--config.sft.eval_every=0", "--config.rl.eval_every=0",
-        "--config.mesh.shape=(1,2,1)"]
+        "--config.mesh.shape=(1,2,1)", "--config.task.eval_size=16", "--config.eval.batch_size=16",
+        "--config.eval.num_samples=2"]
 IGNORED = ("time", "step_seconds")
 
 
@@ -38,7 +39,9 @@ def _free_port() -> int:
 
 
 def _start(workdir, devices: int, *extra) -> subprocess.Popen:
+  # XLA optimizations off: the runs are compared with each other, and compiling dominates.
   env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
+             JAX_DISABLE_MOST_OPTIMIZATIONS="1",
              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
   return subprocess.Popen([sys.executable, "-m", "experiments.run", *ARGS,
                            f"--workdir={workdir}", *extra], cwd=REPO, env=env,
