@@ -36,6 +36,9 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO.
+  if _COORDINATOR.value and (_NUM_PROCESSES.value is None or _PROCESS_ID.value is None):
+    raise app.UsageError(f"--coordinator_address={_COORDINATOR.value} needs --num_processes and "
+                         "--process_id (expected e.g. --num_processes=2 --process_id=0)")
   if _DISTRIBUTED.value or _COORDINATOR.value:
     parallel.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   summary = loop.run(_CONFIG.value, _WORKDIR.value)

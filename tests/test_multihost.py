@@ -113,3 +113,12 @@ def test_two_processes_equal_one(tmp_path):
   for a, b in zip(leaves, ref_leaves):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
+
+
+def test_coordinator_without_process_flags_is_a_usage_error(tmp_path):
+  proc = subprocess.run([sys.executable, "-m", "experiments.run", *ARGS, f"--workdir={tmp_path}",
+                         "--coordinator_address=127.0.0.1:1"], cwd=REPO, capture_output=True,
+                        text=True, timeout=120, check=False)
+  assert proc.returncode != 0
+  assert "--coordinator_address=127.0.0.1:1 needs --num_processes and --process_id" in proc.stderr
+  assert not os.listdir(tmp_path)

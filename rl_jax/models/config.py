@@ -118,7 +118,8 @@ class ModelConfig:
                        f"rope_high_freq_factor, got {self.rope_low_freq_factor} and "
                        f"{self.rope_high_freq_factor}")
     if self.remat not in REMAT_POLICIES:
-      raise ValueError(f"ModelConfig.remat must be one of {list(REMAT_POLICIES)}, got {self.remat!r}")
+      raise ValueError(f"ModelConfig.remat must be one of {list(REMAT_POLICIES)}, got "
+                       f"{self.remat!r}")
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:
         raise ValueError(f"ModelConfig.{name} must be one of {sorted(_DTYPES)}, got "

@@ -45,9 +45,10 @@ def init_params(exp: Experiment) -> Any:
   """The initial policy parameters (master weights, in `config.train.master_dtype`), placed with
   their shardings.
 
-  With `config.model.path` these are the checkpoint's weights (`models.load_hf`): the SFT phase starts from them, and with `sft.steps=0` the RL phase and its
-  frozen KL reference do too. Otherwise a random initialization created directly with its
-  shardings (eval_shape -> rules -> jit).
+  With `config.model.path` these are the checkpoint's weights (`models.load_hf`): the SFT phase
+  starts from them, and with `sft.steps=0` the RL phase and its frozen KL reference do too.
+  Otherwise a random initialization created directly with its shardings (eval_shape -> rules ->
+  jit).
 
   Raises:
     ValueError: the checkpoint's config no longer matches `exp.model_cfg` (changed since build).
