@@ -122,3 +122,37 @@ def test_coordinator_without_process_flags_is_a_usage_error(tmp_path):
   assert proc.returncode != 0
   assert "--coordinator_address=127.0.0.1:1 needs --num_processes and --process_id" in proc.stderr
   assert not os.listdir(tmp_path)
+
+
+HELPERS = """
+import sys
+import numpy as np
+from rl_jax import parallel
+parallel.initialize_distributed(sys.argv[1], 2, int(sys.argv[2]))
+i = int(sys.argv[2])
+# A host value (e.g. a wall time) that differs per process: process 0's wins everywhere.
+print("broadcast", parallel.broadcast(7 if i == 0 else 3))
+part = parallel.process_chunk(5)
+print("chunk", part.start, part.stop)
+print("gathered", parallel.gather_chunks(np.arange(5)[part] * 10, 5).tolist())
+parallel.sync("test")
+print("primary", parallel.is_primary())
+"""
+
+
+def test_host_helpers_across_two_processes():
+  """`broadcast`, `process_chunk`/`gather_chunks` and `sync` (used by the loop's control phase
+  and the rollouts' scoring) agree across processes."""
+  address = f"127.0.0.1:{_free_port()}"
+  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
+             XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  procs = [subprocess.Popen([sys.executable, "-c", HELPERS, address, str(i)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+           for i in range(2)]
+  outs = [{line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.splitlines()
+           if line.split(" ", 1)[0] in ("broadcast", "chunk", "gathered", "primary")}
+          for out in _finish(procs)]
+  assert [o["broadcast"] for o in outs] == ["7", "7"]
+  assert [o["chunk"] for o in outs] == ["0 3", "3 5"]
+  assert [o["gathered"] for o in outs] == ["[0, 10, 20, 30, 40]"] * 2
+  assert [o["primary"] for o in outs] == ["True", "False"]
