@@ -1,6 +1,11 @@
 """Runs an experiment: python -m experiments.run --config=path.py[:variant] --workdir=DIR.
 
 Flags `--config.a.b=value` override fields of the (locked) config; a mistyped field is an error.
+
+Multi-host: start the same command in every process with `--distributed` (Cloud TPU pods and
+SLURM: nothing else; elsewhere also `--coordinator_address=HOST:PORT` of process 0,
+`--num_processes=N` and `--process_id=I`). `config.mesh.shape` then spans the devices of all
+processes, `--workdir` must be shared by all of them, and only process 0 prints the summary.
 """
 
 from __future__ import annotations
@@ -10,11 +15,19 @@ import json
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from rl_jax import parallel
 from rl_jax.train import loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, summary.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Join a multi-process run (jax.distributed.initialize); implied by "
+    "--coordinator_address.")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None,
+                                   "HOST:PORT of process 0 (multi-process runs).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0 .. N-1.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -23,7 +36,14 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO.
+  if _COORDINATOR.value and (_NUM_PROCESSES.value is None or _PROCESS_ID.value is None):
+    raise app.UsageError(f"--coordinator_address={_COORDINATOR.value} needs --num_processes and "
+                         "--process_id (expected e.g. --num_processes=2 --process_id=0)")
+  if _DISTRIBUTED.value or _COORDINATOR.value:
+    parallel.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   summary = loop.run(_CONFIG.value, _WORKDIR.value)
+  if not parallel.is_primary():
+    return
   print(json.dumps({k: v for k, v in summary.items() if k != "evals"}, indent=1, sort_keys=True))
 
 

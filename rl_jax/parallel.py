@@ -4,6 +4,12 @@ A mesh has axes ('data', 'fsdp', 'tensor'). Parameters get PartitionSpecs from r
 path (the HF-style names in `rl_jax.models.transformer`), batches are split over ('data', 'fsdp').
 One device is a mesh of size 1, so the same code path runs everywhere.
 
+Multi-host (`jax.distributed`): every process runs the same program on the global mesh (all
+devices of all processes). Host data go to the devices with `put_global` (each process supplies
+only the shards of its own devices), device results come back to every host with `to_host`, and
+`is_primary` / `sync` / `broadcast` coordinate what only one process may do (writing files).
+With one process all of these reduce to the single-host calls.
+
 Axis types are `Auto` on purpose: `jax.jit` with `in_shardings` / `out_shardings` then behaves as the
 classic pjit (the compiler propagates shardings through the model), and model code needs no
 sharding annotations. (`jax.make_mesh` defaults to Explicit axes in current JAX, which would make
@@ -18,6 +24,7 @@ from typing import Any, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 AXES = ("data", "fsdp", "tensor")
@@ -90,3 +97,89 @@ def batch_sharding(mesh: Mesh, ndim: int, batch_size: int | None = None) -> Name
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
+
+
+def initialize_distributed(coordinator_address: str | None = None,
+                           num_processes: int | None = None,
+                           process_id: int | None = None) -> None:
+  """Joins this process to a multi-process run (`jax.distributed.initialize`).
+
+  Call before any other JAX call. Arguments left None are detected from the environment where
+  JAX can (Cloud TPU pods, SLURM, ...); on other machines pass all three (the coordinator is
+  `host:port` of process 0).
+  """
+  jax.distributed.initialize(coordinator_address=coordinator_address,
+                             num_processes=num_processes, process_id=process_id)
+
+
+def is_primary() -> bool:
+  """Whether this is the process that writes files (process 0)."""
+  return jax.process_index() == 0
+
+
+def sync(name: str) -> None:
+  """A barrier across processes (no-op with one process): e.g. after process 0 wrote a file
+  the others read."""
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
+
+
+def broadcast(value: Any) -> Any:
+  """Process 0's `value` (a pytree of numbers or arrays) in every process (itself with one
+  process): for values that must agree across processes but depend on the host, such as wall
+  times."""
+  if jax.process_count() == 1:
+    return value
+  return jax.tree_util.tree_map(lambda x: x.item() if np.ndim(x) == 0 else x,
+                                multihost_utils.broadcast_one_to_all(value))
+
+
+def to_host(tree: Any) -> Any:
+  """`tree` readable on this host: arrays spread over other processes' devices are gathered
+  (every process gets the whole value, as numpy). With one process `tree` itself is returned."""
+  if jax.process_count() == 1:
+    return tree
+
+  def one(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return x
+
+  return jax.tree_util.tree_map(one, tree)
+
+
+def put_global(tree: Any, shardings: Any) -> Any:
+  """Host arrays (the same in every process) -> arrays with `shardings` (a matching tree, or one
+  sharding for all leaves). Each process copies only the slices its own devices hold, so a batch
+  split over ('data', 'fsdp') has every process load just its rows. With one process this is
+  `jax.device_put`."""
+  if jax.process_count() == 1:
+    return jax.device_put(tree, shardings)
+  if isinstance(shardings, jax.sharding.Sharding):
+    shardings = jax.tree_util.tree_map(lambda _: shardings, tree)
+
+  def one(x, sharding):
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+  return jax.tree_util.tree_map(one, tree, shardings)
+
+
+def process_chunk(n: int) -> slice:
+  """This process's contiguous share of `n` items of host work (all of them with one process);
+  `gather_chunks` reassembles the results."""
+  per = -(-n // jax.process_count())
+  start = min(jax.process_index() * per, n)
+  return slice(start, min(start + per, n))
+
+
+def gather_chunks(local: np.ndarray, n: int) -> np.ndarray:
+  """The [n, ...] concatenation of every process's `process_chunk(n)` result `local`."""
+  if jax.process_count() == 1:
+    return np.asarray(local)
+  per = -(-n // jax.process_count())
+  local = np.asarray(local)
+  padded = np.zeros((per, *local.shape[1:]), local.dtype)
+  padded[:len(local)] = local
+  every = np.asarray(multihost_utils.process_allgather(padded))  # [processes, per, ...]
+  return every.reshape(-1, *local.shape[1:])[:n]

@@ -13,8 +13,9 @@ def model(preset: str) -> ml_collections.ConfigDict:
   """Every ModelConfig field of `preset`; vocab_size 0 means 'the tokenizer's size'.
 
   `path`: a Hugging Face checkpoint directory (config.json + *.safetensors, `models.load_hf`).
-  When set, the architecture and the initial weights come from it and only `dtype` and
-  `param_dtype` of these fields apply; '' (default) builds `preset` with random weights.
+  When set, the architecture and the initial weights come from it and only `dtype`,
+  `param_dtype` and `remat` of these fields apply; '' (default) builds `preset` with random
+  weights.
   """
   fields = {f.name: f.default for f in dataclasses.fields(models.ModelConfig)
             if f.default is not dataclasses.MISSING}
@@ -116,6 +117,12 @@ def base() -> ml_collections.ConfigDict:
   c.control = ml_collections.ConfigDict(dict(enabled=True))
   c.eval = ml_collections.ConfigDict(dict(num_samples=4, temperatures=(0.3, 0.5, 0.7, 1.0),
                                           batch_size=500))
+  # How the trainer holds and differentiates the model (SFT and RL). The model runs with
+  # model.param_dtype parameters and model.dtype activations (bfloat16 halves both) and
+  # model.remat rematerialization; `master_dtype` is the dtype of the train state's parameters
+  # (master weights) and optimizer moments; `donate`: each step reuses the train state's buffers
+  # for the new state (the old one is not read again).
+  c.train = ml_collections.ConfigDict(dict(master_dtype="float32", donate=True))
   c.mesh = ml_collections.ConfigDict(dict(shape=(1, 1, 1)))
   c.checkpoint = ml_collections.ConfigDict(dict(every=50, max_to_keep=2))
   return c

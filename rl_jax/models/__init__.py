@@ -4,10 +4,10 @@ Hugging Face checkpoints: `cfg, params = load_hf(path, dtype=...)`, `save_hf(pat
 """
 
 from rl_jax.models.cache import KVCache, init_cache
-from rl_jax.models.config import ModelConfig, PRESETS, get_preset
+from rl_jax.models.config import REMAT_POLICIES, ModelConfig, PRESETS, get_preset
 from rl_jax.models.hf import load_hf, read_hf_config, save_hf
 from rl_jax.models.hf_config import from_hf_config, to_hf_config
-from rl_jax.models.model import (decode_step, extend, forward, hidden_states,
+from rl_jax.models.model import (cast_params, decode_step, extend, forward, hidden_states,
                                  hidden_states_after, hidden_states_and_kv, init_params,
                                  logits_from_hidden, num_params, positions_from_mask, prefill,
                                  unembedding)

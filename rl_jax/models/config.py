@@ -12,10 +12,21 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _ROPE_SCALINGS = ("none", "linear", "llama3")
+# `ModelConfig.remat` -> the `jax.checkpoint` policy of each decoder block (what the backward pass
+# may keep from the forward; everything else is recomputed). 'none' does not wrap the blocks.
+REMAT_POLICIES = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,  # keep only each block's input
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,  # keep matmul outputs
+    # keep matmul outputs without batch dimensions (the projections, not attention's einsums)
+    "dots_with_no_batch_dims_saveable":
+        jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,9 +50,16 @@ class ModelConfig:
     mlp_activation: 'silu' (SwiGLU) or 'gelu_tanh' (GeGLU, Gemma).
     scale_embeddings: multiply embeddings by sqrt(D) (Gemma).
     norm_plus_one: RMSNorm scales by (1 + w) (Gemma).
-    dtype: compute dtype of matmuls ('float32' or 'bfloat16'); norms, softmax and log-probs are
-      always float32.
-    param_dtype: storage dtype of parameters.
+    dtype: compute dtype of matmuls and activations ('float32' or 'bfloat16'); norms, softmax and
+      log-probs are always float32.
+    param_dtype: dtype of the parameters the model is called with (`init_params` creates them
+      in it; `cast_params` makes such a copy of float32 master weights, which is how the trainer
+      runs bfloat16 parameters: `config.train.master_dtype`).
+    remat: rematerialization of each decoder block in differentiated passes, a key of
+      `REMAT_POLICIES`: 'none' (keep every activation), 'full' (keep each block's
+      input, recompute the rest in the backward pass), 'dots_saveable' or
+      'dots_with_no_batch_dims_saveable' (keep those matmul outputs). Values are unchanged;
+      passes that are not differentiated (sampling) are unaffected.
     rope_scaling: RoPE frequency scaling: 'none', 'linear' (all frequencies / rope_factor) or
       'llama3' (Llama 3.1: low frequencies / rope_factor, high ones kept, a smooth ramp between).
     rope_factor: the scaling factor of 'linear' and 'llama3'.
@@ -73,6 +91,7 @@ class ModelConfig:
   rope_low_freq_factor: float = 1.0
   rope_high_freq_factor: float = 4.0
   rope_original_max_len: int = 8192
+  remat: str = "none"
 
   def __post_init__(self):
     for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
@@ -98,6 +117,9 @@ class ModelConfig:
       raise ValueError("ModelConfig.rope_low_freq_factor must be positive and below "
                        f"rope_high_freq_factor, got {self.rope_low_freq_factor} and "
                        f"{self.rope_high_freq_factor}")
+    if self.remat not in REMAT_POLICIES:
+      raise ValueError(f"ModelConfig.remat must be one of {list(REMAT_POLICIES)}, got "
+                       f"{self.remat!r}")
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:
         raise ValueError(f"ModelConfig.{name} must be one of {sorted(_DTYPES)}, got "

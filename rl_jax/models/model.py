@@ -1,6 +1,7 @@
 """Functional model API: pure functions of (cfg, params, ...), jittable with cfg static.
 
     params = init_params(cfg, rng)
+    params = cast_params(cfg, master_params)                        # cfg.param_dtype copy
     logits = forward(cfg, params, tokens, attention_mask)          # [B, T, V] float32
     hidden, kv = hidden_states_and_kv(cfg, params, prefix, prefix_mask)
     hidden = hidden_states_after(cfg, params, kv, prefix_mask, tokens, mask)  # no recompute
@@ -32,6 +33,19 @@ def init_params(cfg: ModelConfig, rng: jax.Array) -> Params:
   tokens = jnp.zeros((1, 2), jnp.int32)
   key_mask = jnp.ones((1, 2, 2), bool)
   return Transformer(cfg).init(rng, tokens, tokens, key_mask)["params"]
+
+
+def cast_params(cfg: ModelConfig, params: Params) -> Params:
+  """`params` with floating leaves in `cfg.param_dtype` (e.g. a bfloat16 copy of float32 master
+  weights). Leaves already in that dtype are returned as they are, so a float32 model with float32
+  weights runs exactly the program it ran without the cast."""
+
+  def one(x):
+    if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != cfg.params_dtype:
+      return x.astype(cfg.params_dtype)
+    return x
+
+  return jax.tree_util.tree_map(one, params)
 
 
 def unembedding(cfg: ModelConfig, params: Params) -> jax.Array:

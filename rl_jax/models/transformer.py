@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_jax.models.cache import KVCache
-from rl_jax.models.config import ModelConfig
+from rl_jax.models.config import REMAT_POLICIES, ModelConfig
 from rl_jax.models.rope import apply_rope, rope_frequencies
 
 _NEG_INF = -1e30
@@ -49,11 +49,11 @@ class Attention(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, key_mask, kv, write_index, layer=0, prefix=None):
+  def __call__(self, x, positions, key_mask, kv, write_index, prefix=None):
     """x: [B, L, D]; key_mask: [B, L, S] (see Transformer).
 
-    prefix: None, or read-only (k, v) stacks [n_layers, B, KVH, P, hd] of earlier tokens: the
-    keys are this layer's prefix followed by the L new ones (S = P + L).
+    prefix: None, or this layer's read-only (k, v), each [B, KVH, P, hd], of earlier tokens: the
+    keys are the prefix followed by the L new ones (S = P + L).
 
     kv: None (no cache), or this layer's cached (k, v), each [B, KVH, S, hd]: the new keys and
     values are written in place at slot `write_index`. Each layer has its own buffers, so a
@@ -86,8 +86,8 @@ class Attention(nn.Module):
                       for buf, new in zip(kv, (k, v)))
       new_kv = (k_all, v_all)
     elif prefix is not None:
-      k_all = jnp.concatenate([prefix[0][layer].astype(k.dtype), k], axis=2)
-      v_all = jnp.concatenate([prefix[1][layer].astype(v.dtype), v], axis=2)
+      k_all = jnp.concatenate([prefix[0].astype(k.dtype), k], axis=2)
+      v_all = jnp.concatenate([prefix[1].astype(v.dtype), v], axis=2)
       new_kv = None
     else:
       k_all, v_all, new_kv = k, v, None
@@ -120,11 +120,11 @@ class Block(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, key_mask, kv, write_index, layer=0, prefix=None):
+  def __call__(self, x, positions, key_mask, kv, write_index, prefix=None):
     cfg = self.cfg
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="input_layernorm")(x)
     a, new_kv, own_kv = Attention(cfg, name="self_attn")(h, positions, key_mask, kv, write_index,
-                                                         layer, prefix)
+                                                         prefix)
     x = x + a
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype,
                 name="post_attention_layernorm")(x)
@@ -163,11 +163,13 @@ class Transformer(nn.Module):
     if cfg.scale_embeddings:
       x = x * jnp.asarray(cfg.d_model ** 0.5, x.dtype)
     write_index = None if cache is None else cache.index
+    block = Block if cfg.remat == "none" else nn.remat(Block, policy=REMAT_POLICIES[cfg.remat])
     new_k, new_v, own_k, own_v = [], [], [], []
     for i in range(cfg.n_layers):
       kv = None if cache is None else (cache.k[i], cache.v[i])
-      x, kv, own = Block(cfg, name=f"layers_{i}")(x, positions, key_mask, kv, write_index, i,
-                                                  prefix)
+      layer_prefix = None if prefix is None else (prefix[0][i], prefix[1][i])
+      x, kv, own = block(cfg, name=f"layers_{i}")(x, positions, key_mask, kv, write_index,
+                                                  layer_prefix)
       if kv is not None:
         new_k.append(kv[0])
         new_v.append(kv[1])

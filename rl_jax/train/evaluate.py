@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from rl_jax import sampling
+from rl_jax import parallel, sampling
 from rl_jax.data.batching import decode_completions
 
 
@@ -28,6 +28,7 @@ def completions(params, prompts: np.ndarray, prompt_mask: np.ndarray, tokenizer,
                             jax.random.fold_in(rng, start), cfg=cfg, strategy=strategy,
                             max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id,
                             pad_id=tokenizer.pad_id)
+    res = parallel.to_host(res)  # multi-host: every process reads every row
     texts += decode_completions(tokenizer, res.tokens, res.mask)[:len(idx)]
   return texts
 

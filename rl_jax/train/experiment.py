@@ -24,6 +24,7 @@ from rl_jax.tokenizers import HFTokenizer, Tokenizer, train_sentencepiece
 
 TOKENIZER_KINDS = ("sentencepiece", "hf")
 DATA_SOURCES = ("memory", "grain")
+MASTER_DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass
@@ -50,6 +51,12 @@ class Experiment:
   def max_new_tokens(self) -> int:
     return self.config.sampling.max_new_tokens
 
+  @property
+  def master_cfg(self) -> models.ModelConfig:
+    """`model_cfg` with the train state's parameter dtype (`config.train.master_dtype`): what
+    the master weights are initialized, loaded and checkpointed in."""
+    return dataclasses.replace(self.model_cfg, param_dtype=self.config.train.master_dtype)
+
   @functools.cached_property
   def rollout_strategy(self) -> sampling.Sampling:
     s = self.config.sampling
@@ -67,12 +74,14 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> models.M
   """`config.model` -> ModelConfig.
 
   Without `config.model.path`: all ModelConfig fields of `config.model` (vocab_size 0 = the
-  tokenizer's). With it: the checkpoint's config.json, in `config.model.dtype` / `param_dtype`.
+  tokenizer's). With it: the checkpoint's config.json, in `config.model.dtype` / `param_dtype`,
+  with `config.model.remat`.
   """
   if config.model.path:
     check_model_dir(config.model.path)
     values = models.from_hf_config(models.read_hf_config(config.model.path),
                                    dtype=config.model.dtype, param_dtype=config.model.param_dtype)
+    values = dataclasses.replace(values, remat=config.model.remat)
     if values.vocab_size < vocab_size:
       raise ValueError(f"the checkpoint config.model.path={config.model.path!r} has "
                        f"vocab_size={values.vocab_size}, smaller than its tokenizer's "
@@ -132,6 +141,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError("config.sft.length_buckets > 1 draws its batches by length bucket, which "
                      "config.data.source='grain' does not do; set data.source='memory' or "
                      "sft.length_buckets=0")
+  master = config.train.master_dtype
+  if master not in MASTER_DTYPES:
+    raise ValueError(f"config.train.master_dtype={master!r}; expected one of {MASTER_DTYPES} (the "
+                     "dtype of the train state's parameters and optimizer moments)")
 
 
 def data_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
@@ -193,7 +206,12 @@ def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
   else:
     demos = data.demonstrations(task.train, noise=tc.demo_noise, rng=demo_rng)
   texts = [e.prompt for e in task.train] + [e.answer for e in demos]
-  tokenizer = make_tokenizer(config, workdir, texts)
+  # Multi-host: process 0 trains (and caches) the tokenizer, the others then load its files.
+  if parallel.is_primary():
+    tokenizer = make_tokenizer(config, workdir, texts)
+  parallel.sync("experiment.tokenizer")
+  if not parallel.is_primary():
+    tokenizer = make_tokenizer(config, workdir, texts)
   model_cfg = model_config(config, tokenizer.vocab_size)
   t = config.sampling.max_new_tokens
   max_prompt = model_cfg.max_seq_len - t

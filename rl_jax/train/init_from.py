@@ -84,7 +84,7 @@ def load_sft(exp: Experiment, source: str) -> phases.PhaseResult:
     if latest != cfg.steps:
       raise ValueError(f"config.init_from={source!r}: its newest SFT checkpoint is step "
                        f"{latest}, expected the final step config.sft.steps={cfg.steps}")
-    init = functools.partial(models.init_params, exp.model_cfg)
+    init = functools.partial(models.init_params, exp.master_cfg)
     create = functools.partial(TrainState.create, tx=make_optimizer(cfg.optim, cfg.steps))
     abstract = jax.eval_shape(create, jax.eval_shape(init, exp.root_key()))
     shardings = parallel.tree_shardings(abstract, exp.mesh)

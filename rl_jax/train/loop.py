@@ -7,6 +7,11 @@ orbax checkpoints (`checkpoints/<phase>/`). Every phase resumes from its latest 
 finished evaluations are kept in `evals.json`, so re-running the same command after a crash
 continues where it stopped.
 
+Multi-host (`python -m experiments.run ... --coordinator_address=...`, see `experiments/run.py`):
+every process runs this function on the global mesh; only process 0 writes metrics, plots and the
+JSON files, orbax writes the checkpoints collectively, and `workdir` must be a directory all
+processes share (as orbax requires).
+
 With `config.init_from=OTHER_WORKDIR` the SFT phase is not run: its final checkpoint, tokenizer
 and SFT evaluations are taken from that run (which must have the same task, tokenizer and
 model settings), so a sweep of RL variants can share one SFT.
@@ -22,7 +27,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from rl_jax import data, sampling
+from rl_jax import data, models, parallel, sampling
 from rl_jax.data import ladder
 from rl_jax.metrics import MetricsWriter, plot_curves
 from rl_jax.train import evaluate, experiment, init_from, phases
@@ -32,7 +37,8 @@ EVALS_FILE = "evals.json"
 
 
 class _Store:
-  """A JSON dict on disk, rewritten atomically on every `set`."""
+  """A JSON dict on disk, rewritten atomically on every `set` (by process 0 only; every process
+  keeps the values, which the run computes the same way everywhere)."""
 
   def __init__(self, path: str):
     self.path = path
@@ -48,6 +54,8 @@ class _Store:
 
   def set(self, key, value):
     self.values[key] = value
+    if not parallel.is_primary():
+      return
     tmp = f"{self.path}.tmp"
     with open(tmp, "w") as f:
       json.dump(self.values, f, indent=1, sort_keys=True)
@@ -70,6 +78,7 @@ def _evaluator(exp: experiment.Experiment):
   key = jax.random.fold_in(exp.root_key(), phases.PHASE_TAGS["eval"])
 
   def run_eval(params, temperature: float, num_samples: int) -> dict:
+    params = models.cast_params(exp.model_cfg, params)  # master weights -> model.param_dtype
     strategy = sampling.Sampling(temperature=temperature)
     texts = evaluate.completions(params, exp.heldout_prompts, exp.heldout_prompt_mask,
                                  exp.tokenizer, key, cfg=exp.model_cfg, strategy=strategy,
@@ -132,11 +141,14 @@ def _step_summary(sft_eval: dict, rl_eval: dict) -> dict:
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs (or resumes) the experiment described by `config` in `workdir`; returns the summary."""
   t_start = time.time()
+  primary = parallel.is_primary()
   os.makedirs(workdir, exist_ok=True)
-  if config.init_from:
+  if config.init_from and primary:
     init_from.prepare(config.init_from, workdir)
+  parallel.sync("loop.prepare")
   exp = experiment.build(config, workdir)
   store = _Store(os.path.join(workdir, EVALS_FILE))
+  parallel.sync("loop.store")  # Every process has read the files before process 0 rewrites them.
   if config.init_from:
     init_from.check_same_data(config.init_from, workdir)
     source_evals = _Store(os.path.join(config.init_from, EVALS_FILE)).values
@@ -145,7 +157,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         store.set(key, source_evals[key])
   run_eval = _evaluator(exp)
   periodic = _periodic(run_eval)
-  with MetricsWriter(workdir) as writer:
+  with MetricsWriter(workdir, enabled=primary) as writer:
     if config.init_from:
       sft = init_from.load_sft(exp, config.init_from)
     else:
@@ -159,9 +171,10 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     summary = {}
     if config.control.enabled:
       # More SFT for as long as RL trained: steps = RL seconds / SFT seconds per step.
-      more_steps = store.get("sft_more_steps", lambda: max(1, round(
+      # Wall times differ between processes: process 0's decides (every process runs the steps).
+      more_steps = store.get("sft_more_steps", lambda: parallel.broadcast(max(1, round(
           store.values["rl_seconds"] / max(store.values["sft_seconds"] / max(sft.steps - 1, 1),
-                                           1e-9))))
+                                           1e-9)))))
       more = phases.sft(exp, "sft_more", sft.params, more_steps, writer)
       more_eval = store.get("sft_more", lambda: _full_eval(exp, run_eval, more.params, False))
       summary.update(sft_more_accuracy=more_eval["greedy"]["accuracy"],
@@ -191,9 +204,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   )
   summary["wall_seconds"] = time.time() - t_start + store.values.get("previous_wall_seconds", 0.0)
   store.set("previous_wall_seconds", summary["wall_seconds"])
-  plot_curves(workdir)
-  tmp = os.path.join(workdir, SUMMARY_FILE + ".tmp")
-  with open(tmp, "w") as f:
-    json.dump(summary, f, indent=1, sort_keys=True)
-  os.replace(tmp, os.path.join(workdir, SUMMARY_FILE))
+  if primary:
+    plot_curves(workdir)
+    tmp = os.path.join(workdir, SUMMARY_FILE + ".tmp")
+    with open(tmp, "w") as f:
+      json.dump(summary, f, indent=1, sort_keys=True)
+    os.replace(tmp, os.path.join(workdir, SUMMARY_FILE))
+  parallel.sync("loop.done")
   return summary

@@ -44,19 +44,20 @@ class PhaseResult:
 
 
 def init_params(exp: Experiment) -> Any:
-  """The initial policy parameters, placed with their shardings.
+  """The initial policy parameters (master weights, in `config.train.master_dtype`), placed with
+  their shardings.
 
-  With `config.model.path` these are the checkpoint's weights (`models.load_hf`, in the config's
-  param_dtype): the SFT phase starts from them, and with `sft.steps=0` the RL phase and its
-  frozen KL reference do too. Otherwise a random initialization created directly with its
-  shardings (eval_shape -> rules -> jit).
+  With `config.model.path` these are the checkpoint's weights (`models.load_hf`): the SFT phase
+  starts from them, and with `sft.steps=0` the RL phase and its frozen KL reference do too.
+  Otherwise a random initialization created directly with its shardings (eval_shape -> rules ->
+  jit).
 
   Raises:
     ValueError: the checkpoint's config no longer matches `exp.model_cfg` (changed since build).
   """
   if exp.config.model.path:
     return _load_params(exp)
-  init = functools.partial(models.init_params, exp.model_cfg)
+  init = functools.partial(models.init_params, exp.master_cfg)
   key = jax.random.fold_in(exp.root_key(), 0)
   shardings = parallel.tree_shardings(jax.eval_shape(init, key), exp.mesh)
   return jax.jit(init, out_shardings=shardings)(key)
@@ -65,10 +66,10 @@ def init_params(exp: Experiment) -> Any:
 def _load_params(exp: Experiment) -> Any:
   path = exp.config.model.path
   cfg, params = models.load_hf(path, dtype=exp.model_cfg.dtype,
-                               param_dtype=exp.model_cfg.param_dtype)
-  if cfg != exp.model_cfg:
+                               param_dtype=exp.master_cfg.param_dtype)
+  if dataclasses.replace(cfg, remat=exp.model_cfg.remat) != exp.master_cfg:
     raise ValueError(f"config.model.path={path!r} now holds {cfg}; the run was built for "
-                     f"{exp.model_cfg}")
+                     f"{exp.master_cfg}")
   return jax.device_put(params, parallel.tree_shardings(params, exp.mesh))
 
 
@@ -84,6 +85,18 @@ def _batch_shardings(exp: Experiment, tree):
       lambda x: parallel.batch_sharding(exp.mesh, x.ndim, x.shape[0] if x.ndim else None), tree)
 
 
+def _donate(exp: Experiment) -> tuple[int, ...]:
+  """The step's donated arguments: the train state (argument 0) unless `config.train.donate` is
+  off."""
+  return (0,) if exp.config.train.donate else ()
+
+
+def _compute_params(exp: Experiment, params):
+  """The `model.param_dtype` copy of master weights that the sampler runs on (the arrays
+  themselves where the dtypes agree)."""
+  return models.cast_params(exp.model_cfg, params)
+
+
 def _maybe_interrupt(exp: Experiment, phase: str, step: int):
   if exp.config.interrupt_at == f"{phase}:{step}":
     raise Interrupted(f"stopped after {phase} step {step} (config.interrupt_at)")
@@ -94,7 +107,8 @@ def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step
   """The shared loop: step_fn(state, step) -> (state, metrics dict of device scalars)."""
   state, start, seconds = state_and_meta
   writer.truncate(phase, start)
-  bar = ProgressBar(num_steps, desc=phase, initial=start, disable=not exp.config.progress)
+  bar = ProgressBar(num_steps, desc=phase, initial=start,
+                    disable=not exp.config.progress or not parallel.is_primary())
   for step in range(start, num_steps):
     t0 = time.perf_counter()
     state, metrics = step_fn(state, step)
@@ -142,6 +156,12 @@ def problem_stream(exp: Experiment, phase: str, batch_size: int):
   """The phase's grain `ProblemStream` over the TFDS train split, or None (data.source='memory')."""
   if exp.train_source is None:
     return None
+  if jax.process_count() > 1:
+    # The multi-host loop builds the global batch on every process and places each process's
+    # rows (parallel.put_global), while the grain stream gives each process its own shard.
+    raise NotImplementedError(
+        "config.data.source='grain' under several JAX processes is not supported yet (every "
+        "process builds the global batch); use config.data.source='memory' for multi-host runs")
   from rl_jax.data import grain_source  # pylint: disable=import-outside-toplevel
   return grain_source.ProblemStream(
       exp.train_source, batch_size, seed=grain_source.sampler_seed(exp.config.seed,
@@ -167,7 +187,8 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
                      exp.demo_tokens[:cfg.batch_size], exp.demo_mask[:cfg.batch_size])
   step_jit = jax.jit(functools.partial(steps_lib.sft_step, model_cfg=exp.model_cfg),
                      in_shardings=(state_sh, _batch_shardings(exp, example)),
-                     out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=0)
+                     out_shardings=(state_sh, parallel.replicated(exp.mesh)),
+                     donate_argnums=_donate(exp))
 
   buckets = (LengthBuckets(exp.train_prompt_mask, exp.demo_mask, cfg.length_buckets,
                            cfg.batch_size) if cfg.length_buckets > 1 else None)
@@ -183,7 +204,8 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
       idx, p, t = buckets.sample(rng)
       batch = SFTBatch(exp.train_prompts[idx, -p:], exp.train_prompt_mask[idx, -p:],
                        exp.demo_tokens[idx, :t], exp.demo_mask[idx, :t])
-    return step_jit(state, batch)
+    # Multi-host: each process places only its own rows.
+    return step_jit(state, parallel.put_global(batch, _batch_shardings(exp, batch)))
 
   state, seconds = _run_steps(exp, phase, (state, start, seconds), num_steps, step_fn, writer,
                               ckpt, eval_fn=eval_fn, eval_every=cfg.eval_every)
@@ -228,18 +250,20 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
         parent=np.zeros((b, n), np.int32), depth=np.zeros((b, n), np.int32),
         leaf_node=np.zeros((r, n), bool), node_of=np.zeros((r, t), np.int32)))
   batch_sh = _batch_shardings(exp, example)
+  rewards_sh = _batch_shardings(exp, np.zeros((r, len(cfg.rewards)), np.float32))
   step_jit = jax.jit(
       functools.partial(steps_lib.rl_step, model_cfg=exp.model_cfg, hyper=hyper),
-      in_shardings=(state_sh, params_sh, batch_sh,
-                    _batch_shardings(exp, np.zeros((r, len(cfg.rewards)), np.float32))),
-      out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=0)
+      in_shardings=(state_sh, params_sh, batch_sh, rewards_sh),
+      out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=_donate(exp))
 
   def step_fn(state, step):
-    batch, rewards, host_metrics = rollouts.rollout(exp, state.params, step, stream)
+    batch, rewards, host_metrics = rollouts.rollout(exp, _compute_params(exp, state.params), step,
+                                                    stream)
     # The sampler's outputs are device arrays committed to its own sharding, and jit does not
-    # reshard committed arguments: move them to the step's batch sharding.
-    batch = jax.device_put(batch, batch_sh)
-    state, metrics = step_jit(state, sft_params, batch, rewards)
+    # reshard committed arguments: move them to the step's batch sharding (multi-host: host
+    # arrays, of which each process places its own rows).
+    batch = parallel.put_global(batch, batch_sh)
+    state, metrics = step_jit(state, sft_params, batch, parallel.put_global(rewards, rewards_sh))
     return state, dict(metrics, **host_metrics)
 
   state, seconds = _run_steps(exp, "rl", (state, start, seconds), cfg.steps, step_fn, writer, ckpt,

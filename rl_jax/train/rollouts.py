@@ -17,6 +17,10 @@ One step's batch always has `prompts_per_step` groups of `group_size` rows (stat
   drawn until that many informative groups exist or `max_gen_rounds` rounds have run. Missing
   groups are filled with dropped groups marked valid=False (loss weight 0).
 
+Multi-host: the samplers run on the global mesh and every process gets their outputs
+(`parallel.to_host`); each process scores its own share of the rows (`parallel.process_chunk`)
+and the rewards are gathered, so the host-side logic sees the same batch everywhere.
+
 Round 0 draws exactly what a run without dynamic sampling draws, so the option changes nothing
 for steps whose first round is fully informative. Randomness depends only on (seed, step, round).
 """
@@ -28,8 +32,8 @@ from typing import Callable
 import jax
 import numpy as np
 
+from rl_jax import parallel, sampling
 from rl_jax import rewards as rewards_lib
-from rl_jax import sampling
 from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
 from rl_jax.sampling import eptree, latr
@@ -183,17 +187,22 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
 
 
 def _score(exp: Experiment, tokens, mask, example_ids) -> np.ndarray:
-  texts = decode_completions(exp.tokenizer, tokens, mask)
-  return rewards_lib.score_components(exp.task, texts, [exp.task.train[i] for i in example_ids],
-                                      tuple(exp.config.rl.rewards))
+  """Rewards [R, K] of the completions; each process scores its `process_chunk` of the rows."""
+  n = len(example_ids)
+  part = parallel.process_chunk(n)
+  texts = decode_completions(exp.tokenizer, np.asarray(tokens)[part], np.asarray(mask)[part])
+  local = rewards_lib.score_components(exp.task, texts,
+                                       [exp.task.train[i] for i in example_ids[part]],
+                                       tuple(exp.config.rl.rewards))
+  return parallel.gather_chunks(local, n)
 
 
 def _sample_iid(exp: Experiment, params, idx, key, per_prompt: int):
   """`per_prompt` samples of each prompt in `idx`, rows in `np.repeat(idx, per_prompt)` order."""
-  return sampling.generate(params, exp.train_prompts[idx], exp.train_prompt_mask[idx], key,
-                           cfg=exp.model_cfg, strategy=exp.rollout_strategy,
-                           max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
-                           pad_id=exp.tokenizer.pad_id, num_samples=per_prompt)
+  return parallel.to_host(sampling.generate(
+      params, exp.train_prompts[idx], exp.train_prompt_mask[idx], key, cfg=exp.model_cfg,
+      strategy=exp.rollout_strategy, max_new_tokens=exp.max_new_tokens,
+      eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id, num_samples=per_prompt))
 
 
 def _iid_rows(exp: Experiment, params, idx, key, rng, step):
@@ -218,6 +227,7 @@ def _latr_rows(exp: Experiment, params, idx, key, rng, step):
                               strategy=exp.rollout_strategy, options=latr_options(exp.config),
                               num_slots=n_kt, max_new_tokens=t, eos_id=exp.tokenizer.eos_id,
                               pad_id=exp.tokenizer.pad_id)
+    tree = parallel.to_host(tree)
     parts.append(tree)
     decoded += int(tree.decode_tokens)
     extra.update(tree_forks=int(tree.num_forks), tree_pruned=int(tree.num_pruned),
@@ -244,6 +254,7 @@ def _eptree_rows(exp: Experiment, params, idx, key, rng, step):
                               cfg=exp.model_cfg, strategy=exp.rollout_strategy, options=opts,
                               max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
                               pad_id=exp.tokenizer.pad_id)
+  out = parallel.to_host(out)
   all_rewards = _score(exp, out.tokens, out.mask, np.repeat(idx, opts.leaves))
   keep = eptree.select_leaves(all_rewards[:, 0], opts.leaves, rl.group_size, rng)
   fields = dict(tokens=out.tokens[keep], mask=out.mask[keep], logp=out.logp[keep],

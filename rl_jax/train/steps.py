@@ -6,6 +6,13 @@ that change the program are frozen dataclasses passed as static arguments.
 `rl_step` is the whole update on one rollout batch: rewards -> advantages (`rl_inputs`), then
 `num_iterations` optimizer updates, each accumulating gradients over `num_minibatches`
 micro-batches with the loss normalizers of the whole batch (ALGORITHMS.md §2.6).
+
+Mixed precision: the state's parameters are the master weights (with the optimizer moments in
+their dtype, `config.train.master_dtype`). Each update runs the model on one copy of them in
+`model_cfg.param_dtype` (`models.cast_params`, once per update, outside the micro-batch loop) with
+activations in `model_cfg.dtype`; gradients are cast back to the master dtype and accumulated
+there, and log-probs, losses and normalizers are float32 throughout. With float32 everywhere
+(the default) the casts are absent and the program is the plain float32 one.
 """
 
 from __future__ import annotations
@@ -26,7 +33,11 @@ from rl_jax.types import Rollout, SFTBatch, check_rollout, check_sft_batch
 
 def sft_step(state: TrainState, batch: SFTBatch, *,
              model_cfg: models.ModelConfig) -> tuple[TrainState, dict]:
-  """One cross-entropy step on target completions (token-mean over the batch)."""
+  """One cross-entropy step on target completions (token-mean over the batch).
+
+  The model runs on `models.cast_params(model_cfg, state.params)`; the update is applied to the
+  master weights in `state.params` (see the module docstring).
+  """
   check_sft_batch(batch)
 
   def loss_fn(params):
@@ -35,7 +46,8 @@ def sft_step(state: TrainState, batch: SFTBatch, *,
     m = batch.mask.astype(jnp.float32)
     return -jnp.sum(logp * m) / jnp.maximum(jnp.sum(m), 1.0)
 
-  loss, grads = jax.value_and_grad(loss_fn)(state.params)
+  loss, grads = jax.value_and_grad(loss_fn)(models.cast_params(model_cfg, state.params))
+  grads = _like(grads, state.params)
   metrics = {"loss": loss, "grad_norm": _global_norm(grads)}
   return state.apply_gradients(grads), metrics
 
@@ -109,8 +121,10 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
   """`num_iterations` policy-gradient updates on one rollout batch.
 
   Args:
-    state: policy train state.
-    ref_params: frozen reference policy (used only when hyper.kl_coef > 0).
+    state: policy train state (master weights; the model runs on their `model_cfg.param_dtype`
+      copy).
+    ref_params: frozen reference policy (used only when hyper.kl_coef > 0), in any float dtype
+      (cast to `model_cfg.param_dtype`).
     rollout: R = B * G rows, grouped contiguously (row r belongs to prompt r // G); rows with
       valid=False get loss weight 0 and leave every normalizer.
     rewards: [R] or [R, K] float32 rewards (K reward components).
@@ -130,10 +144,11 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
   if hyper.tis_cap:
     # The trainer's log-probs under the parameters that generated the batch are the PPO
     # behaviour policy; the sampler's log-probs enter only through the TIS weight.
-    old_logp = _no_grad_logprobs(lp, state.params, seqs, m_count, hyper.prompt_group)
+    old_logp = _no_grad_logprobs(lp, models.cast_params(model_cfg, state.params), seqs, m_count,
+                                 hyper.prompt_group)
     extra["tis_weight"] = rl_inputs.tis_weights(old_logp, rollout.logp, mask, hyper.tis_cap)
-  ref_logp = (_no_grad_logprobs(lp, ref_params, seqs, m_count, hyper.prompt_group)
-              if hyper.kl_coef else None)
+  ref_logp = (_no_grad_logprobs(lp, models.cast_params(model_cfg, ref_params), seqs, m_count,
+                                hyper.prompt_group) if hyper.kl_coef else None)
   token_kl = None
   if hyper.kl_in_reward and hyper.kl_coef:
     token_kl = jnp.where(mask, old_logp - ref_logp, 0.0)
@@ -169,12 +184,14 @@ def _no_grad_logprobs(lp, params, seqs, num_micro: int, group: int) -> jax.Array
 
 
 def _update(state: TrainState, _, *, micro: dict, norms: dict, model_cfg, hyper: RLHyper):
-  """One optimizer update on the gradient accumulated over the micro-batches."""
+  """One optimizer update on the gradient accumulated (in the master dtype) over the
+  micro-batches; the model runs on one `param_dtype` copy of the master weights."""
   grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+  params = models.cast_params(model_cfg, state.params)
 
   def accumulate(grads, mb):
-    (loss, aux), g = grad_fn(state.params, mb, norms, model_cfg=model_cfg, hyper=hyper)
-    return jax.tree_util.tree_map(jnp.add, grads, g), dict(aux, loss=loss)
+    (loss, aux), g = grad_fn(params, mb, norms, model_cfg=model_cfg, hyper=hyper)
+    return jax.tree_util.tree_map(jnp.add, grads, _like(g, grads)), dict(aux, loss=loss)
 
   zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
   grads, aux = jax.lax.scan(accumulate, zeros, micro)
@@ -213,6 +230,12 @@ def _micro_loss(params, mb: dict, norms: dict, *, model_cfg, hyper: RLHyper):
                                        num_tokens=norms["num_good"])
     loss = loss + hyper.sft_coef * aux["sft_loss"]
   return loss, aux
+
+
+def _like(tree, target):
+  """`tree` with each leaf in the dtype of `target`'s leaf (no op where they already agree)."""
+  return jax.tree_util.tree_map(lambda x, t: x if x.dtype == t.dtype else x.astype(t.dtype),
+                                tree, target)
 
 
 def _global_norm(tree) -> jax.Array:

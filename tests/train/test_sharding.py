@@ -1,4 +1,5 @@
-"""A train step on a (data x fsdp) mesh of 8 host devices equals the same step on one device.
+"""A train step on a (data x fsdp) or (data x fsdp x tensor) mesh of 8 host devices equals the
+same step on one device, and so does the sampler on the tensor mesh.
 
 The steps are jitted the way `rl_jax.train.phases` jits them: the state created with
 `out_shardings` from `parallel.tree_shardings`, batches split by `parallel.batch_sharding`, the
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import common
-from rl_jax import models, parallel
+from rl_jax import models, parallel, sampling
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import logprobs
 from rl_jax.train import experiment, phases
@@ -207,3 +208,52 @@ def test_rl_phase_runs_and_resumes_on_fsdp_mesh(smoke_config, tmp_path):
   assert [r["step"] for r in read_metrics(tmp_path) if r["phase"] == "rl"] == [1, 2]
   assert any("fsdp" in str(s) for s in _specs(result.params))
   assert all(len(x.sharding.device_set) == 8 for x in jax.tree_util.tree_leaves(result.params))
+
+
+# Tensor parallelism: a (data x fsdp x tensor) = 2x2x2 mesh splits the projections' feature
+# dimensions (heads, MLP width, vocabulary) over 'tensor' and the rows over (data, fsdp).
+TENSOR_MESH = (2, 2, 2)
+
+
+def _tensor_split(tree) -> bool:
+  return any("tensor" in str(s) for s in _specs(tree))
+
+
+def test_rl_step_same_on_one_device_and_tensor_mesh():
+  state1, metrics1 = _run_rl(parallel.make_mesh((1, 1, 1)))
+  state8, metrics8 = _run_rl(parallel.make_mesh(TENSOR_MESH))
+  assert _tensor_split(state8.params) and _tensor_split(state8.opt_state)
+  assert any("fsdp" in str(s) for s in _specs(state8.params))
+  assert all(len(leaf.sharding.device_set) == 8 for leaf in jax.tree_util.tree_leaves(state8))
+  assert float(metrics1["grad_norm"]) > 0 and float(metrics1["kl"]) > 0
+  for k in metrics1:
+    np.testing.assert_allclose(metrics8[k], metrics1[k], atol=ATOL, err_msg=k)
+  leaves1 = jax.tree_util.tree_leaves_with_path(jax.device_get(state1))
+  for (path, a), b in zip(leaves1, jax.tree_util.tree_leaves(jax.device_get(state8))):
+    np.testing.assert_allclose(b, a, atol=ATOL, err_msg=jax.tree_util.keystr(path))
+
+
+def test_sampler_same_on_one_device_and_tensor_mesh():
+  """Prefill + the decode scan over a KV cache, with tensor-split weights: the same tokens,
+  log-probs and entropies as on one device (sampling at temperature 1, 2 samples per prompt)."""
+  params = _params(3)
+  rng = np.random.default_rng(3)
+  prompt, prompt_mask = _left_padded(rng, 8, P)
+  sample = functools.partial(sampling.generate, cfg=CFG, strategy=sampling.Sampling(),
+                             max_new_tokens=6, eos_id=1, pad_id=0, num_samples=2)
+  key = jax.random.key(5)
+  outs = {}
+  for shape in ((1, 1, 1), TENSOR_MESH):
+    mesh = parallel.make_mesh(shape)
+    placed = jax.device_put(params, parallel.tree_shardings(params, mesh))
+    rows = parallel.batch_sharding(mesh, 2, len(prompt))
+    outs[shape] = sample(placed, jax.device_put(prompt, rows), jax.device_put(prompt_mask, rows),
+                         key)
+  assert _tensor_split(placed)
+  assert len(outs[TENSOR_MESH].tokens.sharding.device_set) == 8
+  one, eight = (jax.device_get(outs[s]) for s in ((1, 1, 1), TENSOR_MESH))
+  assert one.mask.sum() > 8  # Rows really sampled several tokens.
+  np.testing.assert_array_equal(eight.tokens, one.tokens)
+  np.testing.assert_array_equal(eight.mask, one.mask)
+  np.testing.assert_allclose(eight.logp, one.logp, atol=ATOL)
+  np.testing.assert_allclose(eight.entropy, one.entropy, atol=ATOL)
