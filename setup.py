@@ -26,7 +26,7 @@ HF = ["transformers>=5.0", "tokenizers>=0.21", "jinja2>=3.1.6", "gguf>=0.10", "a
 
 EXTRAS = {
     # transformers/torch: the HF parity tests build tiny reference models with them (torch pinned
-    # to the CPU wheel this project's machines carry in /opt/wheels).
+    # to its CPU build: pip install ... --extra-index-url https://download.pytorch.org/whl/cpu).
     "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "torch==2.13.0", "transformers>=5.0",
              "tokenizers>=0.21", "jinja2>=3.1.6"],
     "hf": HF,

