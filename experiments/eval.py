@@ -51,7 +51,7 @@ def parse_ks(values) -> tuple[int, ...]:
   try:
     ks = tuple(int(v) for v in values)
   except ValueError:
-    raise app.UsageError(f"--k={','.join(values)}: expected comma-separated positive ints") from None
+    ks = ()
   if not ks or min(ks) < 1:
     raise app.UsageError(f"--k={','.join(values)}: expected comma-separated positive ints")
   return ks

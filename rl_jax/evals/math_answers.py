@@ -4,9 +4,10 @@ math-verify bounds its own parse and verify time with `signal.alarm`, which work
 process's main thread. Here its time limits are off (`None`) and time is bounded by us instead:
 `Checker` sends each (completion, gold) pair to one of `workers` child processes (`python -m
 rl_jax.evals.math_answers`, JSON lines over pipes; a pair's clock starts once its child has
-imported math-verify) and kills a child that spends more than `timeout_s` on one pair (that pair is graded wrong with no answer key,
-and counted in `Checker.timeouts`), then starts a fresh child. With `workers=0` everything runs in this process with
-no time bound (tests, trusted inputs).
+imported math-verify) and kills a child that spends more than `timeout_s` on one pair (that
+pair is graded wrong with no answer key, and counted in `Checker.timeouts`), then starts a fresh
+child. With `workers=0` everything runs in this process with no time bound (tests, trusted
+inputs).
 
 `check(completion, gold)` -> (correct, key): the key is the canonical text of the completion's
 parsed answer (sympy's printing, so `x+1` and `1+x` share one), used by maj@k to group answers;
