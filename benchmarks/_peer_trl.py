@@ -9,6 +9,7 @@ reference log-probs) are wrapped for the phase times.
 
 from __future__ import annotations
 
+import tempfile
 import time
 
 from benchmarks import _peer_common as common
@@ -30,7 +31,8 @@ def main():
   texts = common.prompts(b)
   plen = max(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in texts)
   config = trl.GRPOConfig(
-      output_dir=args.workdir or "/tmp/peers_trl", use_cpu=True, report_to="none",
+      output_dir=args.workdir or tempfile.mkdtemp(prefix="peers_trl_"), use_cpu=True,
+      report_to="none",
       save_strategy="no", logging_steps=1, max_steps=args.steps + 1, seed=common.SEED,
       per_device_train_batch_size=b * g, gradient_accumulation_steps=1, num_generations=g,
       max_completion_length=t, temperature=common.TEMPERATURE, top_p=1.0, top_k=0,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tempfile
 import time
 
 from benchmarks import _peer_common as common
@@ -74,7 +75,7 @@ def main():
   bos = [adapter.bos_id()] if adapter.bos_id() else []
   plen = max(len(adapter.dedup_bos_ids(bos + list(adapter.encode(p)))) for p in texts)
 
-  workdir = args.workdir or "/tmp/peers_tunix"
+  workdir = args.workdir or tempfile.mkdtemp(prefix="peers_tunix_")
   optimizer = optax.chain(
       optax.clip_by_global_norm(common.GRAD_CLIP),
       optax.adamw(common.LR, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0))

@@ -2,7 +2,7 @@
 
     python -m benchmarks.tree                                    # the default tiny policy after SFT
     python -m benchmarks.tree --sft_workdir=runs/default         # ... from that run's SFT
-    python -m benchmarks.tree --smollm2_dir=/path/to/smollm2     # also SmolLM2-135M-Instruct
+    python -m benchmarks.tree --smollm2_dir=runs/models/smollm2-135m-instruct  # also SmolLM2
 
 For B prompts and K leaves per prompt, in one process, on the same parameters:
 * independent: `sampling.generate` of K samples per prompt, B·K rows (the rollout temperature);

@@ -1,4 +1,5 @@
-"""colab/*.ipynb: every code cell not tagged `colab-only` runs, in order, in one namespace."""
+"""colab/*.ipynb: every code cell not tagged `colab-only` runs, in order, in one namespace, and
+what each notebook computes is checked (quickstart, tree explorer, ablation)."""
 
 import glob
 import json
@@ -48,10 +49,33 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
   matplotlib.use("Agg")
   monkeypatch.chdir(ROOT)
   monkeypatch.setenv("RL_JAX_WORKDIR", str(tmp_path / "run"))
+  monkeypatch.setenv("RL_JAX_SWEEP", str(tmp_path / "no_sweep" / "*"))  # the ablation's own sweep
+  monkeypatch.delenv("RL_JAX_RUN", raising=False)
+  monkeypatch.delenv("RL_JAX_SOURCE", raising=False)
   namespace = {"__name__": "__notebook__"}
   for src in code_cells(path):
     exec(compile(src, path, "exec"), namespace)  # pylint: disable=exec-used
-  if "summary" in namespace:  # the quickstart: the experiment ran to its summary
+  name = os.path.basename(path)
+  if name == "quickstart.ipynb":  # the experiment ran to its summary
     summary = namespace["summary"]
     assert 0.0 <= summary["rl_accuracy"] <= 1.0 and summary["rl_steps"] > 0
     assert os.path.exists(tmp_path / "run" / "curves.png")
+    # The install cell: it found this clone, and installs a clone, a wheel or a requirement.
+    assert namespace["find_clone"](os.path.join(ROOT, "colab")) == ROOT
+    args = namespace["install_args"]
+    assert args(ROOT)[-2:] == ["-e", ROOT] and args(ROOT, "gpu")[-1] == f"{ROOT}[gpu]"
+    assert args("dist/rl_jax-0.1.0-py3-none-any.whl", "tpu")[-1] == (
+        "dist/rl_jax-0.1.0-py3-none-any.whl[tpu]")
+    assert args("git+https://example.org/r.git", "gpu")[-1] == (
+        "rl_jax[gpu] @ git+https://example.org/r.git")
+  elif name == "tree_explorer.ipynb":  # every leaf is under the root; values are mean rewards
+    nodes, leaves = namespace["nodes"], namespace["options"].leaves
+    assert nodes[0]["leaves"] == leaves == len(namespace["rewards"])
+    assert all(d["parent"] in nodes and 0.0 <= d["value"] <= 1.0 for d in nodes.values())
+    assert sum(d["leaves"] for n, d in nodes.items() if n and d["parent"] == 0) == leaves
+    assert nodes[0]["value"] == namespace["rewards"].mean()
+  elif name == "ablation.ipynb":  # two variants of two seeds, each with a curve over tokens
+    runs = namespace["runs"]
+    assert sorted((r["variant"], r["seed"]) for r in runs) == [
+        ("grpo", 0), ("grpo", 1), ("rloo", 0), ("rloo", 1)]
+    assert all(len(r["curve"]) >= 2 and r["curve"][-1][1] > 0 for r in runs)

