@@ -24,10 +24,11 @@ GRPO (experiments/README.md, "The proving ground"). The task is built so that me
   10 warmup steps, cosine to 0.1; 75 steps of 32 prompts. The budget is sized so GRPO does not
   saturate: held-out accuracy is still rising when it ends.
 
-Measured (experiments/README.md, "The proving ground", has the 3-seed tables): held-out greedy
-accuracy 0.32-0.40 after SFT and 0.55-0.61 after RL; 834 s for the whole run alone on the 2-core
-CPU. Of the issue's gate, the seed spread (std 0.029, asked <= 0.02) and one seed's share of SFT
-success rates above 0.9 (0.099, asked >= 0.10) are not met yet.
+Measured (experiments/README.md, "The proving ground", has the 3-seed tables): with the pinned
+problem set (task.seed = 0), held-out greedy accuracy 0.34-0.40 after SFT and 0.48-0.55 after RL
+(2026-11-25); 834 s for the whole run alone on the 2-core CPU (2026-11-24). Of the issue's gate,
+the seed spread (std 0.036, asked <= 0.02) and one seed's share of SFT success rates above 0.9
+(0.088, asked >= 0.10) are not met yet.
 """
 
 from __future__ import annotations
