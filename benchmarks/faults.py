@@ -120,10 +120,20 @@ def _writing_checkpoint(workdir: str) -> bool:
 
 
 def inject(proc: subprocess.Popen, kind: str, workdir: str, delay: float) -> bool:
-  """Sends the fault `kind` to `proc` (after `delay` s, or for SIGKILL_write when a checkpoint
-  write has begun, giving up after `delay` s); returns whether the process was alive to get it."""
+  """Sends the fault `kind` to `proc`: after `delay` s ('SIGKILL', 'SIGTERM'), as soon as a
+  checkpoint write has begun ('SIGKILL_write') or this start has written metrics ('SIGTERM_train'),
+  giving up on those after a minute or two more. Returns whether the process was alive to get
+  it."""
+  started = time.time()
   deadline = time.monotonic() + delay
-  if kind == "SIGKILL_write":
+  if kind == "SIGTERM_train":  # Once this start has written metrics (training has begun).
+    deadline += 120.0
+    path = os.path.join(workdir, "metrics.jsonl")
+    while proc.poll() is None and time.monotonic() < deadline:
+      if os.path.exists(path) and os.path.getmtime(path) > started:
+        break
+      time.sleep(0.005)
+  elif kind == "SIGKILL_write":
     deadline += 60.0
     while proc.poll() is None and not _writing_checkpoint(workdir):
       if time.monotonic() > deadline:
@@ -134,7 +144,7 @@ def inject(proc: subprocess.Popen, kind: str, workdir: str, delay: float) -> boo
       time.sleep(0.01)
   if proc.poll() is not None:
     return False
-  proc.send_signal(signal.SIGTERM if kind == "SIGTERM" else signal.SIGKILL)
+  proc.send_signal(signal.SIGTERM if kind.startswith("SIGTERM") else signal.SIGKILL)
   return True
 
 
