@@ -148,6 +148,12 @@ def inject(proc: subprocess.Popen, kind: str, workdir: str, delay: float) -> boo
   return True
 
 
+def _training_started(workdir: str, since: float) -> bool:
+  """Whether this start has written metrics (so the run's signal handlers are installed)."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  return os.path.exists(path) and os.path.getmtime(path) > since
+
+
 def read_records(workdir: str) -> list[dict]:
   from rl_jax.metrics import read_metrics  # pylint: disable=g-import-not-at-top
   path = os.path.join(workdir, "metrics.jsonl")
@@ -189,18 +195,21 @@ def run_with_faults(workdir: str, kinds: list[str], rng: random.Random, env: dic
             "a") as log:
     while starts < max_starts:
       starts += 1
+      started = time.time()
       proc = start_child(workdir, env, log)
       if pending:
         kind = pending[0]
         if inject(proc, kind, workdir, rng.uniform(1.0, max_delay)):
+          training = _training_started(workdir, started)
           pending.pop(0)
           rc = proc.wait()
-          events.append({"fault": kind, "exit": rc})
+          events.append({"fault": kind, "exit": rc, "in_training": training})
           continue
       rc = proc.wait()
       if rc == 0:
         break
-      events.append({"fault": None, "exit": rc})  # Died by itself: a finding, not a fault.
+      # Died by itself (a finding, not a fault).
+      events.append({"fault": None, "exit": rc, "in_training": None})
   return {"starts": starts, "events": events, "finished": rc == 0}
 
 
@@ -238,8 +247,10 @@ def report(workdir: str, runs: int, signals_per_run: int, seed: int, cache_dir: 
     for k, v in _in_run_faults(records).items():
       in_run[k] += v
     out_runs.append(dict(result, records=cmp, summary_equal=read_summary(run_dir) == ref_summary))
-  sigterm_ok = all(e["exit"] == 128 + signal.SIGTERM for r in out_runs for e in r["events"]
-                   if e["fault"] == "SIGTERM")
+  # A SIGTERM during the imports (before `loop.run` installs its handlers) ends the process with
+  # -15 and nothing to save; once training has begun it must be a clean stop (143).
+  sigterms = [e for r in out_runs for e in r["events"] if e["fault"] == "SIGTERM"]
+  in_training = [e for e in sigterms if e["in_training"]]
   return {
       "date": datetime.date.today().isoformat(),
       "faults_injected": sum(signals_hit.values()) + sum(in_run.values()),
@@ -249,7 +260,11 @@ def report(workdir: str, runs: int, signals_per_run: int, seed: int, cache_dir: 
       "records_differing": totals["differing"], "records_unexpected": totals["unexpected"],
       "summaries_equal": [r["summary_equal"] for r in out_runs],
       "all_summaries_equal": all(r["summary_equal"] for r in out_runs),
-      "sigterm_exit_143": sigterm_ok,
+      "sigterm_exits": {str(c): sum(e["exit"] == c for e in sigterms)
+                        for c in sorted({e["exit"] for e in sigterms})},
+      "sigterm_in_training": len(in_training),
+      "sigterm_in_training_all_exit_143": all(e["exit"] == 128 + signal.SIGTERM
+                                              for e in in_training),
       "starts": sum(r["starts"] for r in out_runs),
       "exits": [[e["exit"] for e in r["events"]] for r in out_runs],
       "reference_in_run_faults": _in_run_faults(reference),

@@ -21,6 +21,7 @@ def test_sigterm_and_sigkill_mid_write_then_resume_equals_uninterrupted(tmp_path
   # SIGTERM: a clean stop with status 143; SIGKILL: killed (-9). Then a third start finishes.
   assert [e["fault"] for e in result["events"]] == ["SIGTERM_train", "SIGKILL_write"]
   assert [e["exit"] for e in result["events"]] == [128 + signal.SIGTERM, -signal.SIGKILL]
+  assert result["events"][0]["in_training"]
   assert result["finished"] and result["starts"] == 3
 
   ref_dir = str(tmp_path / "reference")
