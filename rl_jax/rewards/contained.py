@@ -55,15 +55,19 @@ _describe = _reward_worker.describe
 
 
 def _call_all(fns, task, items, start, results, errors, progress):
-  """Runs the calls items[start:] in order (worker body); errors[i] holds a raise's message."""
+  """Runs the calls items[start:] in order (worker body); errors[i] holds a raise's message.
+
+  progress = [(calls done, when the last one ended), abandoned], the pair written in one
+  assignment; an abandoned worker whose call returns late makes no further calls."""
   for i in range(start, len(items)):
+    if progress[1]:
+      return
     name, completion, example = items[i]
     try:
       results[i] = float(fns[name](task, completion, example))
     except Exception as e:  # pylint: disable=broad-except
       errors[i] = _describe(e)
-    progress[0] = i + 1
-    progress[1] = time.monotonic()
+    progress[0] = (i + 1, time.monotonic())
 
 
 class ContainedScorer:
@@ -145,7 +149,7 @@ class ContainedScorer:
 
   def _run_inline(self, fns, items):
     results, errors = [0.0] * len(items), [None] * len(items)
-    _call_all(fns, self.task, items, 0, results, errors, [0, 0.0])
+    _call_all(fns, self.task, items, 0, results, errors, [(0, 0.0), False])
     return results, errors, []
 
   def _run_threads(self, fns, items):
@@ -153,19 +157,20 @@ class ContainedScorer:
     results, errors, timeouts = [0.0] * n, [None] * n, []
     start = 0
     while start < n:
-      progress = [start, time.monotonic()]  # [calls done, when the last one ended]
+      progress = [(start, time.monotonic()), False]  # See _call_all.
       worker = threading.Thread(target=_call_all, daemon=True, name="reward-worker",
                                 args=(fns, self.task, items, start, results, errors, progress))
       worker.start()
       while True:
-        done, since = progress
+        done, since = progress[0]
         worker.join(max(0.0, since + self.timeout - time.monotonic()))
         if not worker.is_alive():
           start = n
           break
-        if progress[0] == done and time.monotonic() - since >= self.timeout:
+        if progress[0] == (done, since) and time.monotonic() - since >= self.timeout:
           # Call `done` is still running past its limit: abandon this worker. Its result slots
           # are not read again (a late write to results[done] is overwritten below).
+          progress[1] = True  # Abandoned: if its call ever returns, it stops there.
           timeouts.append(done)
           results, errors = list(results), list(errors)  # The abandoned worker keeps the old.
           results[done], errors[done] = 0.0, None

@@ -85,7 +85,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.group_size": _int(1),
     "rl.clip_low": _real(0.0),
     "rl.clip_high": _real(0.0),
-    "rl.clip_ratio_c": _real(1.0),
+    "rl.clip_ratio_c": _real(1.0, lo_open=True),
     "rl.kl_coef": _real(0.0),
     "rl.sft_coef": _real(0.0),
     "rl.eval_every": _int(0),

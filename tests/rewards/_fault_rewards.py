@@ -22,3 +22,15 @@ def sleepy(task, completion, example):
   if completion == "hang":
     time.sleep(SLEEP)
   return 0.5
+
+
+CALLS = []  # Completions `logged` was called on, in order.
+
+
+def logged(task, completion, example):
+  """Records each call; sleeps 0.5 s on 'slow'."""
+  del task, example
+  CALLS.append(completion)
+  if completion == "slow":
+    time.sleep(0.5)
+  return 1.0

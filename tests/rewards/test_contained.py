@@ -15,7 +15,8 @@ from rl_jax.rewards import contained
 
 import _fault_rewards  # pylint: disable=g-bad-import-order (a sibling helper module)
 
-for _name, _fn in (("test_boom", _fault_rewards.boom), ("test_sleepy", _fault_rewards.sleepy)):
+for _name, _fn in (("test_boom", _fault_rewards.boom), ("test_sleepy", _fault_rewards.sleepy),
+                   ("test_logged", _fault_rewards.logged)):
   if _name not in rewards.REWARDS:
     rewards.REWARDS.register(_name)(_fn)
 
@@ -60,6 +61,15 @@ def test_a_reward_past_its_limit_scores_zero_and_the_batch_goes_on():
   again, stats = scorer.score_components(["7"], _EXAMPLES[:1], ("exact_match",))
   assert again[0, 0] == 1.0 and stats.timeouts == 0
   assert scorer.totals.timeouts == 2
+
+
+def test_an_abandoned_call_that_returns_late_makes_no_further_calls():
+  _fault_rewards.CALLS.clear()
+  scorer = contained.ContainedScorer(None, timeout=0.1)
+  got, stats = scorer.score_components(["slow", "a", "b"], _EXAMPLES[:3], ("test_logged",))
+  assert got[:, 0].tolist() == [0.0, 1.0, 1.0] and stats.timeouts == 1
+  time.sleep(0.7)  # The abandoned worker's call returns meanwhile.
+  assert _fault_rewards.CALLS == ["slow", "a", "b"]
 
 
 def test_process_isolation_kills_a_hanging_reward_and_keeps_scoring():
