@@ -13,9 +13,10 @@ with two in-run faults that every run, the reference included, meets the same wa
   and counted (`nonfinite`).
 
 On top of these, each faulty run gets `--signals_per_run` process faults, drawn (seeded) from:
-`SIGKILL` at a random time, `SIGKILL_write` as soon as a checkpoint write has begun (an orbax
-temporary directory exists), and `SIGTERM` at a random time (the run must write a checkpoint of
-its current step and exit with status 143). After each fault the same command is re-run, and the
+`SIGKILL` at a random time (1 to --max_delay s after a start), `SIGKILL_write` as soon as a
+checkpoint write has begun (an orbax temporary directory exists), and `SIGTERM` at a random
+moment of training (0-3 s after the start's first metrics write; the run must write a checkpoint
+of its current step and exit with status 143). After each fault the same command is re-run, and the
 run is re-started until it exits 0.
 
 The JSON line: faults injected (signals that hit a live process, plus the reward errors, reward
@@ -120,18 +121,20 @@ def _writing_checkpoint(workdir: str) -> bool:
 
 
 def inject(proc: subprocess.Popen, kind: str, workdir: str, delay: float) -> bool:
-  """Sends the fault `kind` to `proc`: after `delay` s ('SIGKILL', 'SIGTERM'), as soon as a
-  checkpoint write has begun ('SIGKILL_write') or this start has written metrics ('SIGTERM_train'),
-  giving up on those after a minute or two more. Returns whether the process was alive to get
-  it."""
+  """Sends the fault `kind` to `proc`: 'SIGKILL' `delay` s after the start, 'SIGKILL_write' as
+  soon as a checkpoint write has begun (giving up a minute after `delay`), 'SIGTERM' `delay` s
+  after this start has written metrics (training has begun; the run's handlers are installed).
+  Returns whether the process was alive to get it."""
   started = time.time()
   deadline = time.monotonic() + delay
-  if kind == "SIGTERM_train":  # Once this start has written metrics (training has begun).
-    deadline += 120.0
-    path = os.path.join(workdir, "metrics.jsonl")
-    while proc.poll() is None and time.monotonic() < deadline:
-      if os.path.exists(path) and os.path.getmtime(path) > started:
+  if kind == "SIGTERM":  # `delay` s after this start has written metrics (training has begun).
+    limit = time.monotonic() + 120.0
+    while proc.poll() is None and time.monotonic() < limit:
+      if _training_started(workdir, started):
         break
+      time.sleep(0.005)
+    deadline = time.monotonic() + delay
+    while proc.poll() is None and time.monotonic() < deadline:
       time.sleep(0.005)
   elif kind == "SIGKILL_write":
     deadline += 60.0
@@ -144,7 +147,7 @@ def inject(proc: subprocess.Popen, kind: str, workdir: str, delay: float) -> boo
       time.sleep(0.01)
   if proc.poll() is not None:
     return False
-  proc.send_signal(signal.SIGTERM if kind.startswith("SIGTERM") else signal.SIGKILL)
+  proc.send_signal(signal.SIGTERM if kind == "SIGTERM" else signal.SIGKILL)
   return True
 
 
@@ -199,7 +202,8 @@ def run_with_faults(workdir: str, kinds: list[str], rng: random.Random, env: dic
       proc = start_child(workdir, env, log)
       if pending:
         kind = pending[0]
-        if inject(proc, kind, workdir, rng.uniform(1.0, max_delay)):
+        delay = rng.uniform(0.0, 3.0) if kind == "SIGTERM" else rng.uniform(1.0, max_delay)
+        if inject(proc, kind, workdir, delay):
           training = _training_started(workdir, started)
           pending.pop(0)
           rc = proc.wait()
@@ -247,10 +251,8 @@ def report(workdir: str, runs: int, signals_per_run: int, seed: int, cache_dir: 
     for k, v in _in_run_faults(records).items():
       in_run[k] += v
     out_runs.append(dict(result, records=cmp, summary_equal=read_summary(run_dir) == ref_summary))
-  # A SIGTERM during the imports (before `loop.run` installs its handlers) ends the process with
-  # -15 and nothing to save; once training has begun it must be a clean stop (143).
+  # SIGTERMs come once training has begun, so each must be a clean stop (143).
   sigterms = [e for r in out_runs for e in r["events"] if e["fault"] == "SIGTERM"]
-  in_training = [e for e in sigterms if e["in_training"]]
   return {
       "date": datetime.date.today().isoformat(),
       "faults_injected": sum(signals_hit.values()) + sum(in_run.values()),
@@ -262,9 +264,7 @@ def report(workdir: str, runs: int, signals_per_run: int, seed: int, cache_dir: 
       "all_summaries_equal": all(r["summary_equal"] for r in out_runs),
       "sigterm_exits": {str(c): sum(e["exit"] == c for e in sigterms)
                         for c in sorted({e["exit"] for e in sigterms})},
-      "sigterm_in_training": len(in_training),
-      "sigterm_in_training_all_exit_143": all(e["exit"] == 128 + signal.SIGTERM
-                                              for e in in_training),
+      "sigterm_all_exit_143": all(e["exit"] == 128 + signal.SIGTERM for e in sigterms),
       "starts": sum(r["starts"] for r in out_runs),
       "exits": [[e["exit"] for e in r["events"]] for r in out_runs],
       "reference_in_run_faults": _in_run_faults(reference),

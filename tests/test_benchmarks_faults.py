@@ -16,10 +16,10 @@ def test_sigterm_and_sigkill_mid_write_then_resume_equals_uninterrupted(tmp_path
   env = faults.child_env(str(tmp_path / "xla_cache"))
   rng = random.Random(0)
   run_dir = str(tmp_path / "faulty")
-  result = faults.run_with_faults(run_dir, ["SIGTERM_train", "SIGKILL_write"], rng, env,
+  result = faults.run_with_faults(run_dir, ["SIGTERM", "SIGKILL_write"], rng, env,
                                   max_delay=1.0, max_starts=4)
   # SIGTERM: a clean stop with status 143; SIGKILL: killed (-9). Then a third start finishes.
-  assert [e["fault"] for e in result["events"]] == ["SIGTERM_train", "SIGKILL_write"]
+  assert [e["fault"] for e in result["events"]] == ["SIGTERM", "SIGKILL_write"]
   assert [e["exit"] for e in result["events"]] == [128 + signal.SIGTERM, -signal.SIGKILL]
   assert result["events"][0]["in_training"]
   assert result["finished"] and result["starts"] == 3
