@@ -105,6 +105,7 @@ def child_env(cache_dir: str | None) -> dict:
 
 
 def start_child(workdir: str, env: dict, log) -> subprocess.Popen:
+  """Starts (or re-starts) the faulty smoke run in `workdir`, its output appended to `log`."""
   return subprocess.Popen([sys.executable, "-m", "benchmarks.faults", f"--child={workdir}"],
                           env=env, stdout=log, stderr=subprocess.STDOUT,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -158,6 +159,7 @@ def _training_started(workdir: str, since: float) -> bool:
 
 
 def read_records(workdir: str) -> list[dict]:
+  """The records of `workdir/metrics.jsonl` ([] if there is none)."""
   from rl_jax.metrics import read_metrics  # pylint: disable=g-import-not-at-top
   path = os.path.join(workdir, "metrics.jsonl")
   return read_metrics(workdir) if os.path.exists(path) else []
@@ -181,6 +183,7 @@ def compare_records(reference: list[dict], records: list[dict]) -> dict:
 
 
 def read_summary(workdir: str) -> dict | None:
+  """`workdir/summary.json` without its timing keys, or None if the run has not finished."""
   path = os.path.join(workdir, "summary.json")
   if not os.path.exists(path):
     return None
@@ -273,6 +276,7 @@ def report(workdir: str, runs: int, signals_per_run: int, seed: int, cache_dir: 
 
 
 def main(argv=None) -> None:
+  """Command line: the report (one JSON line), or with --child one run of the faulty config."""
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--child", help=argparse.SUPPRESS)
   parser.add_argument("--runs", type=int, default=8)

@@ -48,6 +48,7 @@ class ScoreStats:
   timeouts: int = 0
 
   def as_metrics(self) -> dict:
+    """{'reward/errors': n, 'reward/timeouts': m}, the names the step's metrics use."""
     return {"reward/errors": self.errors, "reward/timeouts": self.timeouts}
 
 
