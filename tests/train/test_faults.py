@@ -129,20 +129,23 @@ def test_non_finite_steps_are_counted_and_n_in_a_row_stop_the_run(tmp_path, capl
   ckpt.close()
 
 
-def test_sigterm_checkpoints_the_current_step_and_stops(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_checkpoints_the_current_step_and_stops(tmp_path, signum):
   exp = _fake_exp(tmp_path)
   ckpt = Checkpointer(tmp_path / "ckpt", save_every=100)
-  kill_at = lambda step: os.kill(os.getpid(), signal.SIGTERM) if step == 3 else None
+  kill_at = lambda step: os.kill(os.getpid(), signum) if step == 3 else None
   with MetricsWriter(tmp_path) as writer, signals.catch():
-    with pytest.raises(signals.Preempted, match="SIGTERM.*rl step 3") as info:
+    with pytest.raises(signals.Preempted, match=f"{signum.name}.*rl step 3") as info:
       phases._run_steps(exp, "rl", ({"w": jnp.zeros(2)}, 0, {}), 10,
                         _counting_step(set(), kill_at), writer, ckpt)
-  assert info.value.signum == signal.SIGTERM
+  assert info.value.signum == signum
   assert ckpt.all_steps() == [3]  # Not a multiple of save_every: saved because of the signal.
   restored, _ = ckpt.restore(3, {"w": jnp.zeros(2)})
   np.testing.assert_array_equal(restored["w"], [3.0, 3.0])
   assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
-  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # Handlers restored.
+  # The handlers before the block are back (pytest's SIGINT handler, the default SIGTERM one).
+  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+  assert signal.getsignal(signal.SIGINT) is not signals._handler  # pylint: disable=protected-access
   ckpt.close()
 
 
@@ -217,3 +220,13 @@ def test_control_length_follows_the_config_not_the_clock(smoke_config):
   assert loop.control_steps(c, 12, 5) == round(40 * (128 + 4 * 128) / (3 * 16 * 17))
   c.control.steps = 7
   assert loop.control_steps(c, 12, 5) == 7
+
+
+def test_a_second_signal_stops_at_once():
+  with signals.catch():
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert signals.requested() == signal.SIGTERM
+    with pytest.raises(KeyboardInterrupt, match="second signal"):
+      os.kill(os.getpid(), signal.SIGINT)
+      signal.sigtimedwait([], 0.5)  # Gives the handler a bytecode boundary to run at.
+  assert signals.requested() is None
