@@ -1,4 +1,4 @@
-"""Fault report: the `:smoke` default experiment under injected faults, against an uninterrupted run.
+"""Fault report: the `:smoke` default experiment under injected faults, vs an uninterrupted run.
 
     python -m benchmarks.faults                       # 8 runs x 3 signals, prints one JSON line
     python -m benchmarks.faults --runs=2 --signals_per_run=2 --workdir=/tmp/faults

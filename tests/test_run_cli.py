@@ -67,7 +67,7 @@ def test_unknown_variant_names_it(tmp_path):
 
 
 @pytest.mark.parametrize("section, field, value, match", [
-    pytest.param("task", "train_size", 0, r"train_size must be a positive int, got 0",
+    pytest.param("task", "train_size", 0, r"config\.task\.train_size=0: expected an integer >= 1",
                  id="empty_dataset"),
     pytest.param("task", "name", "chain_sumz",
                  r"task name 'chain_sumz' is not a reasoning-gym dataset", id="unknown_task"),
