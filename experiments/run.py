@@ -6,17 +6,22 @@ Multi-host: start the same command in every process with `--distributed` (Cloud 
 SLURM: nothing else; elsewhere also `--coordinator_address=HOST:PORT` of process 0,
 `--num_processes=N` and `--process_id=I`). `config.mesh.shape` then spans the devices of all
 processes, `--workdir` must be shared by all of them, and only process 0 prints the summary.
+
+Exit status: 0 when the run finished; 128 + the signal number (143 SIGTERM, 130 SIGINT) when a
+signal stopped it after writing a checkpoint (re-run the same command to resume); 1 with a
+one-line message for a config value out of range or too many non-finite steps in a row.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from rl_jax import parallel
-from rl_jax.train import loop
+from rl_jax.train import config_check, loop, phases, signals
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
                                           lock_config=True)
@@ -41,7 +46,14 @@ def main(argv):
                          "--process_id (expected e.g. --num_processes=2 --process_id=0)")
   if _DISTRIBUTED.value or _COORDINATOR.value:
     parallel.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  summary = loop.run(_CONFIG.value, _WORKDIR.value)
+  try:
+    summary = loop.run(_CONFIG.value, _WORKDIR.value)
+  except signals.Preempted as e:
+    print(f"stopped: {e}", file=sys.stderr)
+    sys.exit(128 + e.signum)
+  except (config_check.ConfigError, phases.NonFiniteError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
   if not parallel.is_primary():
     return
   print(json.dumps({k: v for k, v in summary.items() if k != "evals"}, indent=1, sort_keys=True))

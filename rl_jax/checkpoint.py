@@ -12,6 +12,13 @@ to `k` only after every item is written, and saving here is synchronous, so a
 crash leaves at most a temporary directory that `latest_step` ignores and the
 next `Checkpointer` on the directory deletes.
 
+Integrity: after a save, a SHA-256 of every file of the step directory is written into it
+(`digest.json`, atomically). `restore` checks it, and reports a checkpoint whose files were
+truncated or changed (or that orbax cannot read) as `CheckpointCorruptError`, naming it;
+`restore_latest` then moves it aside (into `<directory>.corrupt/`) and takes the previous one.
+A checkpoint without a digest (a crash between the rename and the digest) is only checked by
+reading it.
+
 PRNG keys: typed keys (`jax.random.key`) and raw `uint32` keys
 (`jax.random.PRNGKey`) both round-trip; orbax stores a typed key's key data.
 `restore` returns each key in the form of the target (typed or raw), whatever
@@ -29,8 +36,11 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
+import shutil
 from typing import Any
 
 import jax
@@ -38,10 +48,33 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 _MAX_LISTED = 8
+DIGEST_FILE = "digest.json"
+_log = logging.getLogger(__name__)
 
 
 class CheckpointMismatchError(ValueError):
   """The checkpoint on disk has a different tree structure or shapes."""
+
+
+class CheckpointCorruptError(RuntimeError):
+  """A checkpoint's files are truncated, changed or unreadable (the message names it)."""
+
+
+def _files_digest(step_dir: str) -> dict:
+  """{relative path: sha256 hex} of every file under `step_dir` except the digest itself."""
+  out = {}
+  for root, _, files in os.walk(step_dir):
+    for name in files:
+      path = os.path.join(root, name)
+      rel = os.path.relpath(path, step_dir)
+      if rel.startswith(DIGEST_FILE):  # The digest and its temporary file.
+        continue
+      h = hashlib.sha256()
+      with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+          h.update(block)
+      out[rel] = h.hexdigest()
+  return dict(sorted(out.items()))
 
 
 def _is_key(x: Any) -> bool:
@@ -128,7 +161,67 @@ class Checkpointer:
       items["data"] = self._grain.checkpoint.CheckpointSave(self.data_iterator)
     saved = self._manager.save(step, force=True, args=ocp.args.Composite(**items))
     self._manager.wait_until_finished()
+    if saved:
+      self._write_digest(step)
     return bool(saved)
+
+  def step_dir(self, step: int) -> str:
+    """The directory of the checkpoint at `step`."""
+    return os.path.join(self.directory, str(step))
+
+  def _write_digest(self, step: int) -> None:
+    where = self.step_dir(step)
+    digest = _files_digest(where)
+    tmp = os.path.join(where, DIGEST_FILE + ".tmp")
+    with open(tmp, "w") as f:
+      json.dump(digest, f, indent=0)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(where, DIGEST_FILE))
+
+  def verify(self, step: int) -> None:
+    """Raises CheckpointCorruptError if the files of `step` differ from its digest (a missing,
+    truncated or changed file); a checkpoint saved without a digest passes."""
+    where = self.step_dir(step)
+    path = os.path.join(where, DIGEST_FILE)
+    if not os.path.exists(path):
+      return
+    try:
+      with open(path) as f:
+        want = json.load(f)
+    except (OSError, ValueError) as e:
+      raise CheckpointCorruptError(f"checkpoint {where}: unreadable {DIGEST_FILE} ({e})") from e
+    got = _files_digest(where)
+    bad = sorted(k for k in want.keys() | got.keys() if want.get(k) != got.get(k))
+    if bad:
+      raise CheckpointCorruptError(
+          f"checkpoint {where} is corrupted: {len(bad)} file(s) missing, truncated or changed "
+          f"since it was saved: {_listed(bad)}")
+
+  def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
+    """(step, state, meta) of the newest checkpoint that restores, or None if none does.
+
+    A corrupted checkpoint (`CheckpointCorruptError`) is logged by name, moved into
+    `<directory>.corrupt/` (so the step can be saved again) and the previous one is tried.
+    `CheckpointMismatchError` (a different model or optimizer) is raised, not skipped.
+    """
+    for step in reversed(self.all_steps()):
+      try:
+        state, meta = self.restore(step, abstract_state)
+        return step, state, meta
+      except CheckpointCorruptError as e:
+        _log.warning("%s; skipping it for the previous checkpoint", e)
+        self._quarantine(step)
+    return None
+
+  def _quarantine(self, step: int) -> None:
+    dest_root = self.directory + ".corrupt"
+    os.makedirs(dest_root, exist_ok=True)
+    n = 0
+    while os.path.exists(dest := os.path.join(dest_root, f"{step}.{n}")):
+      n += 1
+    shutil.move(self.step_dir(step), dest)
+    self._manager.reload()
 
   def latest_step(self) -> int | None:
     """The newest complete checkpoint's step, or None if there is none."""
@@ -154,21 +247,31 @@ class Checkpointer:
         structure or shapes; the message names the directory and the paths.
         Also when this checkpointer has a data iterator and the checkpoint holds
         no data-iterator state (it was written by a run that read no grain data).
+      CheckpointCorruptError: its files differ from its digest, or orbax cannot
+        read them; the message names the directory.
     """
     if step not in self._manager.all_steps():
       raise FileNotFoundError(
           f"no checkpoint for step {step} in {self.directory} "
           f"(steps there: {self.all_steps()})")
-    self._check_matches(step, abstract_state)
+    self.verify(step)
+    where = self.step_dir(step)
     items = dict(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore())
     if self.data_iterator is not None:
-      if not os.path.isdir(os.path.join(self.directory, str(step), "data")):
+      if not os.path.isdir(os.path.join(where, "data")):
         raise CheckpointMismatchError(
-            f"checkpoint {os.path.join(self.directory, str(step))} holds no data-iterator state; "
+            f"checkpoint {where} holds no data-iterator state; "
             "it was written by a run that did not read its data through grain "
             "(config.data.source='memory'); resume it with that setting")
       items["data"] = self._grain.checkpoint.CheckpointRestore(self.data_iterator)
-    restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+    try:
+      self._check_matches(step, abstract_state)
+      restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+    except CheckpointMismatchError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise CheckpointCorruptError(
+          f"checkpoint {where} cannot be read: {type(e).__name__}: {str(e)[:300]}") from e
     state = jax.tree.map(_as_target_key, restored.state, abstract_state)
     return state, dict(restored.meta or {})
 

@@ -42,7 +42,14 @@ class Tokenizer(Protocol):
     """Token ids of `text`, without BOS/EOS."""
 
   def decode(self, ids: Sequence[int]) -> str:
-    """Text of `ids`; special ids (pad, bos, eos) are dropped."""
+    """Text of `ids`; special ids (pad, bos, eos) and ids outside [0, vocab_size) are dropped."""
+
+
+def _in_vocab(ids: Sequence[int], vocab_size: int) -> List[int]:
+  """The ids in [0, vocab_size), as Python ints: a model's embedding may have more rows than its
+  tokenizer has ids (padded vocabularies), and a sampler can emit those."""
+  out = [int(i) for i in ids]
+  return [i for i in out if 0 <= i < vocab_size]
 
 
 class SentencePieceTokenizer:
@@ -70,7 +77,8 @@ class SentencePieceTokenizer:
     return self._sp.encode(text)
 
   def decode(self, ids: Sequence[int]) -> str:
-    return self._sp.decode([int(i) for i in ids])
+    """Text of `ids`; ids outside [0, vocab_size) (a model's padded embedding rows) are dropped."""
+    return self._sp.decode(_in_vocab(ids, self.vocab_size))
 
   def id_to_piece(self, i: int) -> str:
     return self._sp.id_to_piece(int(i))
@@ -270,7 +278,8 @@ class HFTokenizer:
     return self._tok.encode(text, add_special_tokens=False).ids
 
   def decode(self, ids: Sequence[int]) -> str:
-    return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+    """Text of `ids`; ids outside [0, vocab_size) (a model's padded embedding rows) are dropped."""
+    return self._tok.decode(_in_vocab(ids, self.vocab_size), skip_special_tokens=True)
 
   def id_to_piece(self, i: int) -> str:
     return self._tok.id_to_token(int(i))

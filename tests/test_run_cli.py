@@ -67,7 +67,7 @@ def test_unknown_variant_names_it(tmp_path):
 
 
 @pytest.mark.parametrize("section, field, value, match", [
-    pytest.param("task", "train_size", 0, r"train_size must be a positive int, got 0",
+    pytest.param("task", "train_size", 0, r"config\.task\.train_size=0: expected an integer >= 1",
                  id="empty_dataset"),
     pytest.param("task", "name", "chain_sumz",
                  r"task name 'chain_sumz' is not a reasoning-gym dataset", id="unknown_task"),
@@ -79,3 +79,26 @@ def test_bad_config_raises_a_clear_error(smoke_config, tmp_path, section, field,
   setattr(smoke_config[section], field, value)
   with pytest.raises(ValueError, match=match):
     loop.run(smoke_config, str(tmp_path))
+
+
+@pytest.mark.parametrize("error,status", [
+    ("preempted", 128 + 15), ("config", 1), ("nonfinite", 1)])
+def test_stops_and_errors_become_exit_statuses(monkeypatch, capsys, error, status):
+  """A signal's stop exits 128 + its number (the run wrote a checkpoint: re-run to resume); a
+  config value out of range or a non-finite streak exits 1 with a one-line message."""
+  from experiments import run as run_cli  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import config_check, phases, signals  # pylint: disable=g-import-not-at-top
+  raised = {"preempted": signals.Preempted("SIGTERM received; stopped after rl step 3", 15),
+            "config": config_check.ConfigError("config.rl.steps=-1: expected an integer >= 0"),
+            "nonfinite": phases.NonFiniteError("rl steps 1-5: 5 steps in a row")}[error]
+
+  def fake_run(config, workdir):
+    raise raised
+
+  monkeypatch.setattr(loop, "run", fake_run)
+  monkeypatch.setattr(run_cli, "_CONFIG", type("C", (), {"value": None})())
+  monkeypatch.setattr(run_cli, "_WORKDIR", type("W", (), {"value": "unused"})())
+  with pytest.raises(SystemExit) as info:
+    run_cli.main(["run"])
+  assert info.value.code == status
+  assert str(raised) in capsys.readouterr().err

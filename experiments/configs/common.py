@@ -37,6 +37,10 @@ def base() -> ml_collections.ConfigDict:
   c.seed = 0
   c.progress = True
   c.interrupt_at = ""  # 'phase:step' stops the run after that step (tests preemption/resume).
+  # A step whose loss or gradient norm is not finite is not applied (counted as `nonfinite`);
+  # this many in a row stop the run with an error (the last checkpoint holds the last good state).
+  c.max_nonfinite_in_a_row = 5
+  c.inject_nan_at = ""  # 'rl:step' makes that RL step's rewards NaN (tests the guard above).
   c.init_from = ""  # A work dir whose final SFT checkpoint is used instead of running SFT.
   c.task = ml_collections.ConfigDict(dict(
       name="chain_sum",
@@ -77,6 +81,11 @@ def base() -> ml_collections.ConfigDict:
       eval_every=25, optim=optim(1e-4),
       # Reward components (rl_jax.rewards.REWARDS) and weights (() = all 1).
       rewards=("task_score",), reward_weights=(),
+      # Every reward call is contained (rl_jax/rewards/contained.py): past reward_timeout seconds
+      # or on a raise it scores 0 and is counted (reward/timeouts, reward/errors); the first
+      # reward_max_logged messages are logged. reward_isolation: 'thread' (a worker thread, the
+      # default), 'process' (a child process, killed on a timeout) or 'inline' (no time limit).
+      reward_timeout=10.0, reward_isolation="thread", reward_max_logged=5,
       kl_in_reward=False,  # kl_coef * k1 goes into the reward instead of the loss.
       num_minibatches=1,  # Gradient accumulation: micro-batches per update.
       # Log-prob passes run each group's shared prompt once (same loss, fewer FLOPs).
@@ -114,7 +123,10 @@ def base() -> ml_collections.ConfigDict:
   # the same problems in the same order.
   c.data = ml_collections.ConfigDict(dict(source="memory", data_dir="", worker_count=0,
                                           read_threads=0))
-  c.control = ml_collections.ConfigDict(dict(enabled=True))
+  # The more-SFT control: `steps` more SFT steps from the SFT policy; 0 = as many as RL's
+  # training compute buys (loop.control_steps: token passes of RL's shapes / an SFT step's), a
+  # count fixed by the config alone, so every run of a command trains the same control.
+  c.control = ml_collections.ConfigDict(dict(enabled=True, steps=0))
   c.eval = ml_collections.ConfigDict(dict(num_samples=4, temperatures=(0.3, 0.5, 0.7, 1.0),
                                           batch_size=500))
   # How the trainer holds and differentiates the model (SFT and RL). The model runs with

@@ -20,6 +20,7 @@ import numpy as np
 
 from rl_jax import data, models, parallel, sampling
 from rl_jax.data.batching import encode_completions, encode_prompts
+from rl_jax.rewards import contained
 from rl_jax.tokenizers import HFTokenizer, Tokenizer, train_sentencepiece
 
 TOKENIZER_KINDS = ("sentencepiece", "hf")
@@ -61,6 +62,12 @@ class Experiment:
   def rollout_strategy(self) -> sampling.Sampling:
     s = self.config.sampling
     return sampling.Sampling(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
+
+  @functools.cached_property
+  def reward_scorer(self) -> contained.ContainedScorer:
+    """Scores RL completions with `config.rl.rewards`, each call contained (time limit; a raise
+    or a timeout scores 0): `rl_jax.rewards.contained`."""
+    return contained.scorer_from_config(self.task, self.config)
 
   def root_key(self) -> jax.Array:
     return jax.random.key(self.config.seed)

@@ -31,7 +31,7 @@ from rl_jax import data, models, parallel, sampling
 from rl_jax.data import ladder
 from rl_jax.evals import runner as eval_runner
 from rl_jax.metrics import MetricsWriter, plot_curves
-from rl_jax.train import evaluate, experiment, init_from, phases
+from rl_jax.train import config_check, evaluate, experiment, init_from, phases, signals
 
 SUMMARY_FILE = "summary.json"
 EVALS_FILE = "evals.json"
@@ -139,8 +139,79 @@ def _step_summary(sft_eval: dict, rl_eval: dict) -> dict:
   }
 
 
+def control_steps(config: ml_collections.ConfigDict, prompt_len: int, demo_len: int) -> int:
+  """Steps of the more-SFT control: `config.control.steps`, or (0) RL's training compute in
+  SFT steps.
+
+  Compute is counted in token passes of the padded shapes (a forward pass over a token = 1, a
+  backward = 2), so the count follows from the config alone and every run of a command trains the
+  same control. One RL step: generation (each prompt prefilled once, R = B·G rows decoding T
+  tokens), the frozen reference pass when `kl_coef` > 0 and the TIS pass when `tis_cap` > 0
+  (forward only), and `num_iterations` forward + backward passes; with `shared_prompts` a
+  group's prompt is processed once, else once per row. One SFT step: forward + backward over
+  `batch_size` rows of `prompt_len + demo_len` tokens. Not counted: held-out evaluations, the
+  extra generation rounds of dynamic sampling, attention's quadratic term.
+  """
+  if config.control.steps:
+    return int(config.control.steps)
+  rl = config.rl
+  b, g, t = rl.prompts_per_step, rl.group_size, config.sampling.max_new_tokens
+  r = b * g
+  rows = (b * prompt_len + r * t) if rl.shared_prompts else r * (prompt_len + t)
+  forward_only = int(bool(rl.kl_coef)) + int(bool(rl.tis_cap))
+  rl_step = (b * prompt_len + r * t) + (forward_only + 3 * rl.num_iterations) * rows
+  sft_step = 3 * config.sft.batch_size * (prompt_len + demo_len)
+  return max(1, round(rl.steps * rl_step / sft_step))
+
+
+def _train_and_evaluate(exp, store: _Store, run_eval, periodic, writer) -> dict:
+  """SFT (or init_from), RL and the control with their evaluations (kept in `store`); returns
+  the control's summary fields. Checks for a stop signal after every phase and evaluation."""
+  config = exp.config
+  if config.init_from:
+    sft = init_from.load_sft(exp, config.init_from)
+  else:
+    sft = phases.sft(exp, "sft", phases.init_params(exp), config.sft.steps, writer,
+                     eval_fn=periodic)
+  signals.check("the SFT phase")
+  store.get("sft", lambda: _full_eval(exp, run_eval, sft.params, True))
+  store.get("sft_seconds", lambda: sft.train_seconds)
+  signals.check("the SFT evaluation")
+  rl = phases.rl(exp, sft.params, writer, eval_fn=periodic)
+  signals.check("the RL phase")
+  store.get("rl", lambda: _full_eval(exp, run_eval, rl.params, False))
+  store.get("rl_seconds", lambda: rl.train_seconds)
+  signals.check("the RL evaluation")
+  summary = {}
+  if config.control.enabled:
+    # As many SFT steps as RL's training compute buys (or control.steps): fixed by the config,
+    # stored so a resumed run keeps the count it started with. Wall time is only reported.
+    more_steps = store.get("sft_more_steps", lambda: control_steps(
+        config, exp.train_prompts.shape[1], exp.demo_tokens.shape[1]))
+    more = phases.sft(exp, "sft_more", sft.params, more_steps, writer)
+    signals.check("the more-SFT control")
+    more_eval = store.get("sft_more", lambda: _full_eval(exp, run_eval, more.params, False))
+    store.get("sft_more_seconds", lambda: more.train_seconds)
+    summary.update(sft_more_accuracy=more_eval["greedy"]["accuracy"],
+                   sft_more_sampled_accuracy=more_eval["sampled"]["accuracy"],
+                   sft_more_steps=more_steps,
+                   sft_more_train_seconds=store.values["sft_more_seconds"])
+  return summary
+
+
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Runs (or resumes) the experiment described by `config` in `workdir`; returns the summary."""
+  """Runs (or resumes) the experiment described by `config` in `workdir`; returns the summary.
+
+  SIGTERM and SIGINT stop it at the next step boundary with a checkpoint of that step
+  (`signals.Preempted`); re-running resumes. Raises `config_check.ConfigError` for an
+  out-of-range config field before anything runs.
+  """
+  config_check.check(config)
+  with signals.catch():
+    return _run(config, workdir)
+
+
+def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   t_start = time.time()
   primary = parallel.is_primary()
   os.makedirs(workdir, exist_ok=True)
@@ -160,29 +231,14 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         store.set(key, source_evals[key])
   run_eval = _evaluator(exp)
   periodic = _periodic(run_eval)
-  with MetricsWriter(workdir, enabled=primary) as writer:
-    if config.init_from:
-      sft = init_from.load_sft(exp, config.init_from)
-    else:
-      sft = phases.sft(exp, "sft", phases.init_params(exp), config.sft.steps, writer,
-                       eval_fn=periodic)
-    sft_eval = store.get("sft", lambda: _full_eval(exp, run_eval, sft.params, True))
-    store.get("sft_seconds", lambda: sft.train_seconds)
-    rl = phases.rl(exp, sft.params, writer, eval_fn=periodic)
-    rl_eval = store.get("rl", lambda: _full_eval(exp, run_eval, rl.params, False))
-    store.get("rl_seconds", lambda: rl.train_seconds)
-    summary = {}
-    if config.control.enabled:
-      # More SFT for as long as RL trained: steps = RL seconds / SFT seconds per step.
-      # Wall times differ between processes: process 0's decides (every process runs the steps).
-      more_steps = store.get("sft_more_steps", lambda: parallel.broadcast(max(1, round(
-          store.values["rl_seconds"] / max(store.values["sft_seconds"] / max(sft.steps - 1, 1),
-                                           1e-9)))))
-      more = phases.sft(exp, "sft_more", sft.params, more_steps, writer)
-      more_eval = store.get("sft_more", lambda: _full_eval(exp, run_eval, more.params, False))
-      summary.update(sft_more_accuracy=more_eval["greedy"]["accuracy"],
-                     sft_more_sampled_accuracy=more_eval["sampled"]["accuracy"],
-                     sft_more_steps=more_steps)
+  try:
+    with MetricsWriter(workdir, enabled=primary) as writer:
+      summary = _train_and_evaluate(exp, store, run_eval, periodic, writer)
+  finally:
+    if "reward_scorer" in exp.__dict__:  # Built by the RL phase.
+      exp.reward_scorer.close()
+  sft_eval, rl_eval = store.values["sft"], store.values["rl"]
+  signals.check("the evaluations")
   by_t = sft_eval.get("by_temperature")
   if by_t:
     best_t = max(by_t, key=lambda t: by_t[t]["accuracy"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import time
 from typing import Any, Callable
@@ -21,11 +22,13 @@ from rl_jax import models, parallel
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import LengthBuckets
 from rl_jax.metrics import MetricsWriter, ProgressBar
-from rl_jax.train import rollouts
+from rl_jax.train import rollouts, signals
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.experiment import Experiment
 from rl_jax.train.state import TrainState, make_optimizer
 from rl_jax.types import Rollout, SFTBatch, Tree
+
+_log = logging.getLogger(__name__)
 
 # Integer tags that separate the random streams of different phases.
 PHASE_TAGS = {"sft": 1, "rl": rollouts.RL_TAG, "sft_more": 3, "eval": 4,
@@ -34,6 +37,10 @@ PHASE_TAGS = {"sft": 1, "rl": rollouts.RL_TAG, "sft_more": 3, "eval": 4,
 
 class Interrupted(Exception):
   """Raised when `config.interrupt_at` asks the run to stop (a simulated preemption)."""
+
+
+class NonFiniteError(RuntimeError):
+  """`config.max_nonfinite_in_a_row` steps in a row had a non-finite loss or gradient norm."""
 
 
 @dataclasses.dataclass
@@ -104,8 +111,17 @@ def _maybe_interrupt(exp: Experiment, phase: str, step: int):
 
 def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step_fn: Callable,
                writer: MetricsWriter, ckpt: Checkpointer, *, eval_fn=None, eval_every=0):
-  """The shared loop: step_fn(state, step) -> (state, metrics dict of device scalars)."""
-  state, start, seconds = state_and_meta
+  """The shared loop: step_fn(state, step) -> (state, metrics dict of device scalars).
+
+  A step with `nonfinite` > 0 (not applied, `steps.finite_or_skip`) is logged;
+  `config.max_nonfinite_in_a_row` of them in a row raise `NonFiniteError` before that step is
+  checkpointed. A SIGTERM / SIGINT (`signals.catch`) saves the step just finished and raises
+  `signals.Preempted`.
+  """
+  state, start, meta = state_and_meta
+  seconds = float(meta.get("train_seconds", 0.0))
+  in_a_row = int(meta.get("nonfinite_in_a_row", 0))
+  limit = exp.config.max_nonfinite_in_a_row
   writer.truncate(phase, start)
   bar = ProgressBar(num_steps, desc=phase, initial=start,
                     disable=not exp.config.progress or not parallel.is_primary())
@@ -117,27 +133,52 @@ def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step
     if step > start:  # The first step of a process includes compilation.
       seconds += dt
     metrics["step_seconds"] = dt
+    if metrics.get("nonfinite", 0.0) > 0:
+      in_a_row += 1
+      _log.warning("%s step %d: loss %s, grad_norm %s; the step was not applied (%d in a row, "
+                   "config.max_nonfinite_in_a_row=%d)", phase, step + 1, metrics.get("loss"),
+                   metrics.get("grad_norm"), in_a_row, limit)
+    else:
+      in_a_row = 0
     if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
       metrics.update(eval_fn(state.params, step + 1))
     writer.write(step + 1, metrics, phase)
     bar.update(1, **{k: metrics[k] for k in ("loss", "reward_mean") if k in metrics})
-    ckpt.maybe_save(step + 1, state, {"phase": phase, "train_seconds": seconds},
-                    force=step + 1 == num_steps or exp.config.interrupt_at == f"{phase}:{step + 1}")
+    if in_a_row >= limit:
+      raise NonFiniteError(
+          f"{phase} steps {step + 2 - in_a_row}-{step + 1}: {in_a_row} steps in a row had a "
+          f"non-finite loss or gradient norm (config.max_nonfinite_in_a_row={limit}); none was "
+          f"applied. The last checkpoint (step {ckpt.latest_step()} in {ckpt.directory}) holds "
+          "the last good state.")
+    stop = signals.requested()
+    ckpt.maybe_save(step + 1, state, {"phase": phase, "train_seconds": seconds,
+                                      "nonfinite_in_a_row": in_a_row},
+                    force=(step + 1 == num_steps or stop is not None
+                           or exp.config.interrupt_at == f"{phase}:{step + 1}"))
     _maybe_interrupt(exp, phase, step + 1)
+    if stop is not None:
+      signals.check(f"{phase} step {step + 1} (checkpoint written)")
   bar.close()
   return state, seconds
 
 
 def _restore_or_init(exp: Experiment, ckpt: Checkpointer, params, tx):
-  """-> (state, first step, train seconds so far, state shardings)."""
+  """-> (state, first step, checkpoint meta, state shardings).
+
+  Starts from the newest checkpoint that restores; a corrupted one is reported by name and
+  skipped for the previous one (`Checkpointer.restore_latest`).
+  """
   state, abstract, shardings = _state(exp, params, tx)
-  latest = ckpt.latest_step()
-  if latest is None:
-    return state, 0, 0.0, shardings
+  if ckpt.latest_step() is None:
+    return state, 0, {}, shardings
   target = jax.tree_util.tree_map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
-  state, meta = ckpt.restore(latest, target)
-  return state, latest, float(meta.get("train_seconds", 0.0)), shardings
+  found = ckpt.restore_latest(target)
+  if found is None:
+    _log.warning("no readable checkpoint in %s; the phase starts from step 0", ckpt.directory)
+    return state, 0, {}, shardings
+  step, restored, meta = found
+  return restored, step, meta, shardings
 
 
 def checkpoint_dir(workdir: str, phase: str) -> str:
@@ -180,7 +221,7 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
   tx = make_optimizer(cfg.optim, num_steps)
   stream = problem_stream(exp, phase, cfg.batch_size)
   ckpt = _ckpt(exp, phase, stream)
-  state, start, seconds, state_sh = _restore_or_init(exp, ckpt, params, tx)
+  state, start, meta, state_sh = _restore_or_init(exp, ckpt, params, tx)
   n = len(exp.train_prompts)
   tag = PHASE_TAGS[phase]
   example = SFTBatch(exp.train_prompts[:cfg.batch_size], exp.train_prompt_mask[:cfg.batch_size],
@@ -207,10 +248,21 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
     # Multi-host: each process places only its own rows.
     return step_jit(state, parallel.put_global(batch, _batch_shardings(exp, batch)))
 
-  state, seconds = _run_steps(exp, phase, (state, start, seconds), num_steps, step_fn, writer,
+  state, seconds = _run_steps(exp, phase, (state, start, meta), num_steps, step_fn, writer,
                               ckpt, eval_fn=eval_fn, eval_every=cfg.eval_every)
   ckpt.close()
   return PhaseResult(state.params, seconds, num_steps)
+
+
+def _injected_nan_step(exp: Experiment) -> int:
+  """The RL step `config.inject_nan_at='rl:K'` poisons (K >= 1), or 0 for none."""
+  spec = exp.config.inject_nan_at
+  if not spec:
+    return 0
+  phase, _, k = spec.partition(":")
+  if phase != "rl" or not k.isdigit() or int(k) < 1:
+    raise ValueError(f"config.inject_nan_at={spec!r}: expected 'rl:STEP' with STEP >= 1, or ''")
+  return int(k)
 
 
 def rl_hyper(exp: Experiment) -> steps_lib.RLHyper:
@@ -234,7 +286,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   tx = make_optimizer(cfg.optim, cfg.steps * cfg.num_iterations)
   stream = problem_stream(exp, "rl", cfg.prompts_per_step)
   ckpt = _ckpt(exp, "rl", stream)
-  state, start, seconds, state_sh = _restore_or_init(exp, ckpt, sft_params, tx)
+  state, start, meta, state_sh = _restore_or_init(exp, ckpt, sft_params, tx)
   hyper = rl_hyper(exp)
   params_sh = parallel.tree_shardings(sft_params, exp.mesh)
   r = cfg.prompts_per_step * cfg.group_size
@@ -256,9 +308,13 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
       in_shardings=(state_sh, params_sh, batch_sh, rewards_sh),
       out_shardings=(state_sh, parallel.replicated(exp.mesh)), donate_argnums=_donate(exp))
 
+  nan_step = _injected_nan_step(exp)
+
   def step_fn(state, step):
     batch, rewards, host_metrics = rollouts.rollout(exp, _compute_params(exp, state.params), step,
                                                     stream)
+    if step + 1 == nan_step:  # config.inject_nan_at: a fault test of the non-finite guard.
+      rewards = np.full_like(rewards, np.nan)
     # The sampler's outputs are device arrays committed to its own sharding, and jit does not
     # reshard committed arguments: move them to the step's batch sharding (multi-host: host
     # arrays, of which each process places its own rows).
@@ -266,7 +322,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
     state, metrics = step_jit(state, sft_params, batch, parallel.put_global(rewards, rewards_sh))
     return state, dict(metrics, **host_metrics)
 
-  state, seconds = _run_steps(exp, "rl", (state, start, seconds), cfg.steps, step_fn, writer, ckpt,
+  state, seconds = _run_steps(exp, "rl", (state, start, meta), cfg.steps, step_fn, writer, ckpt,
                               eval_fn=eval_fn, eval_every=cfg.eval_every)
   ckpt.close()
   return PhaseResult(state.params, seconds, cfg.steps)

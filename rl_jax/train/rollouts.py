@@ -44,6 +44,8 @@ from rl_jax.types import Rollout
 # Random-stream tags (phases.PHASE_TAGS): round 0 uses the RL phase's stream, rounds >= 1 their own.
 RL_TAG, EXTRA_ROUND_TAG = 2, 5
 ROLLOUTS = ("iid", "latr", "eptree")
+# Host counts that `collect` sums over generation rounds (rl_jax.rewards.contained).
+_COUNTS = ("reward/errors", "reward/timeouts")
 
 
 def latr_options(config) -> latr.LatrOptions:
@@ -186,15 +188,21 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
   return batch, rewards, extra
 
 
-def _score(exp: Experiment, tokens, mask, example_ids) -> np.ndarray:
-  """Rewards [R, K] of the completions; each process scores its `process_chunk` of the rows."""
+def _score(exp: Experiment, tokens, mask, example_ids) -> tuple[np.ndarray, dict]:
+  """Rewards [R, K] of the completions (contained: a raise or a timeout scores 0) and the
+  counts `reward/errors`, `reward/timeouts`; each process scores its `process_chunk` of the rows
+  (the rewards and counts are gathered from all processes)."""
   n = len(example_ids)
   part = parallel.process_chunk(n)
   texts = decode_completions(exp.tokenizer, np.asarray(tokens)[part], np.asarray(mask)[part])
-  local = rewards_lib.score_components(exp.task, texts,
-                                       [exp.task.train[i] for i in example_ids[part]],
-                                       tuple(exp.config.rl.rewards))
-  return parallel.gather_chunks(local, n)
+  local, stats = exp.reward_scorer.score_components(
+      texts, [exp.task.train[i] for i in example_ids[part]], tuple(exp.config.rl.rewards))
+  counts = stats.as_metrics()
+  if jax.process_count() > 1:
+    every = parallel.gather_chunks(np.asarray([list(counts.values())], np.int64),
+                                   jax.process_count())
+    counts = dict(zip(counts, (int(v) for v in every.sum(0))))
+  return parallel.gather_chunks(local, n), counts
 
 
 def _sample_iid(exp: Experiment, params, idx, key, per_prompt: int):
@@ -209,9 +217,9 @@ def _iid_rows(exp: Experiment, params, idx, key, rng, step):
   del rng, step
   g = exp.config.rl.group_size
   out = _sample_iid(exp, params, idx, key, g)
-  rewards = _score(exp, out.tokens, out.mask, np.repeat(idx, g))
+  rewards, counts = _score(exp, out.tokens, out.mask, np.repeat(idx, g))
   fields = dict(tokens=out.tokens, mask=out.mask, logp=out.logp)
-  return fields, rewards, {"rollout_tokens": int(np.asarray(out.mask).sum())}
+  return fields, rewards, {"rollout_tokens": int(np.asarray(out.mask).sum()), **counts}
 
 
 def _latr_rows(exp: Experiment, params, idx, key, rng, step):
@@ -240,8 +248,8 @@ def _latr_rows(exp: Experiment, params, idx, key, rng, step):
   for name in ("tokens", "mask", "logp"):
     blocks = [np.asarray(getattr(p, name)).reshape(b, -1, t) for p in parts]
     fields[name] = np.concatenate(blocks, axis=1).reshape(b * g, t)
-  rewards = _score(exp, fields["tokens"], fields["mask"], np.repeat(idx, g))
-  extra["rollout_tokens"] = decoded
+  rewards, counts = _score(exp, fields["tokens"], fields["mask"], np.repeat(idx, g))
+  extra.update(rollout_tokens=decoded, **counts)
   return fields, rewards, extra
 
 
@@ -255,12 +263,12 @@ def _eptree_rows(exp: Experiment, params, idx, key, rng, step):
                               max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
                               pad_id=exp.tokenizer.pad_id)
   out = parallel.to_host(out)
-  all_rewards = _score(exp, out.tokens, out.mask, np.repeat(idx, opts.leaves))
+  all_rewards, counts = _score(exp, out.tokens, out.mask, np.repeat(idx, opts.leaves))
   keep = eptree.select_leaves(all_rewards[:, 0], opts.leaves, rl.group_size, rng)
   fields = dict(tokens=out.tokens[keep], mask=out.mask[keep], logp=out.logp[keep],
                 tree=eptree.restrict(out.tree, keep))
   return fields, all_rewards[keep], {"rollout_tokens": out.decode_tokens,
-                                     "tree_leaves": opts.leaves}
+                                     "tree_leaves": opts.leaves, **counts}
 
 
 def collect(draw: Callable[[int], tuple[Rollout, np.ndarray]], config):
@@ -271,9 +279,12 @@ def collect(draw: Callable[[int], tuple[Rollout, np.ndarray]], config):
   rl = config.rl
   multi = rl.advantage in rl_inputs.MULTI_REWARD
   rounds, tokens, raw, extra = [], 0, [], {}
+  counts = dict.fromkeys(_COUNTS, 0)
   for k in range(rl.max_gen_rounds if rl.dynamic_sampling else 1):
     out = draw(k)
     batch, r, extra = out if len(out) == 3 else (*out, {})
+    for name in _COUNTS:  # Summed over the generation rounds.
+      counts[name] += int(extra.get(name, 0))
     lengths = np.asarray(batch.mask).sum(-1)
     tokens += int(extra.get("rollout_tokens", lengths.sum()))
     shaped = overlong_shaping(r, lengths, config.sampling.max_new_tokens, rl.overlong_buffer,
@@ -286,6 +297,8 @@ def collect(draw: Callable[[int], tuple[Rollout, np.ndarray]], config):
       break
   metrics = {k: v for k, v in extra.items() if k != "rollout_tokens"}
   metrics.update(gen_rounds=len(rounds), rollout_tokens=tokens)
+  if any(name in extra for name in _COUNTS):
+    metrics.update(counts)
   if rl.dynamic_sampling:
     rows, keep, metrics["kept_groups"] = select_groups([inf for _, _, inf in rounds],
                                                        rl.prompts_per_step, rl.group_size)

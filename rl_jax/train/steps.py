@@ -49,7 +49,18 @@ def sft_step(state: TrainState, batch: SFTBatch, *,
   loss, grads = jax.value_and_grad(loss_fn)(models.cast_params(model_cfg, state.params))
   grads = _like(grads, state.params)
   metrics = {"loss": loss, "grad_norm": _global_norm(grads)}
-  return state.apply_gradients(grads), metrics
+  return finite_or_skip(state, state.apply_gradients(grads), metrics)
+
+
+def finite_or_skip(old: TrainState, new: TrainState, metrics: dict) -> tuple[TrainState, dict]:
+  """`new` if the step's `loss` and `grad_norm` are finite, else `old` unchanged (params,
+  optimizer state and step count): a non-finite step is not applied.
+
+  Adds `metrics["nonfinite"]` (1.0 for a skipped step, else 0.0), which the loop counts.
+  """
+  ok = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"])
+  state = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
+  return state, dict(metrics, nonfinite=1.0 - ok.astype(jnp.float32))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,9 +142,11 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
 
   Returns:
     The new state (`step` advanced by num_iterations) and metrics; loss terms and gradient norms
-    are means over the iterations.
+    are means over the iterations. If the loss or gradient norm is not finite, the input state
+    unchanged and `nonfinite` = 1 (`finite_or_skip`).
   """
   check_rollout(rollout, rewards)
+  old_state = state
   m_count = hyper.num_minibatches
   lp = functools.partial(logprobs.completion_logprobs, model_cfg,
                          temperature=hyper.temperature, group_size=hyper.prompt_group)
@@ -166,6 +179,9 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
                              hyper=hyper)
   state, per_iter = jax.lax.scan(update, state, None, length=hyper.num_iterations)
   metrics = {k: jnp.mean(v) for k, v in per_iter.items()}
+  # A non-finite loss or gradient in any iteration makes its mean non-finite: the whole step
+  # (every iteration) is then not applied.
+  state, metrics = finite_or_skip(old_state, state, metrics)
   metrics.update(rl_inputs.batch_metrics(scalar_r, rollout, adv, weight, loss_mask,
                                          hyper.group_size))
   if token_kl is not None:

@@ -1,0 +1,143 @@
+"""Range checks of an experiment config, run before anything is built or trained.
+
+`ml_collections` already refuses a value of the wrong type for a field (`--config.rl.steps=abc`
+is a flag error naming the field) and `experiments/run.py` refuses unknown fields. What remains
+is values of the right type but out of range (`rl.steps=-1`, `sampling.top_p=0`, a NaN learning
+rate): `check` raises `ConfigError` naming the field, the value and what was expected, instead of
+an error from deep inside JAX, numpy or orbax minutes later.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import ml_collections
+
+from rl_jax.rewards import contained
+
+
+class ConfigError(ValueError):
+  """A config field holds a value out of its range (the message names it)."""
+
+
+def _num(x: Any) -> bool:
+  return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int(lo: int) -> tuple[Callable[[Any], bool], str]:
+  return (lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= lo,
+          f"an integer >= {lo}")
+
+
+def _real(lo: float, hi: float = math.inf, *, lo_open=False, hi_open=False):
+  def ok(x):
+    if not _num(x):
+      return False
+    return (x > lo if lo_open else x >= lo) and (x < hi if hi_open else x <= hi)
+  left, right = "(" if lo_open else "[", ")" if hi_open or hi == math.inf else "]"
+  return ok, f"a finite number in {left}{lo:g}, {hi:g}{right}"
+
+
+def _one_of(options) -> tuple[Callable[[Any], bool], str]:
+  return (lambda x: x in options), f"one of {list(options)}"
+
+
+def _optim(prefix: str) -> dict:
+  return {
+      f"{prefix}.lr": _real(0.0),
+      f"{prefix}.warmup_steps": _int(0),
+      f"{prefix}.end_lr_frac": _real(0.0),
+      f"{prefix}.weight_decay": _real(0.0),
+      f"{prefix}.b1": _real(0.0, 1.0, hi_open=True),
+      f"{prefix}.b2": _real(0.0, 1.0, hi_open=True),
+      f"{prefix}.eps": _real(0.0, lo_open=True),
+      f"{prefix}.grad_clip": _real(0.0),
+  }
+
+
+# Field path (from the config root) -> (predicate, what is expected). Fields missing from a
+# config (e.g. a config built by hand from an older base) are not checked.
+RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "seed": _int(0),
+    "max_nonfinite_in_a_row": _int(1),
+    "task.train_size": _int(1),
+    "task.eval_size": _int(1),
+    "task.demo_noise": _real(0.0, 1.0),
+    "tokenizer.vocab_size": _int(1),
+    "model.d_model": _int(1),
+    "model.n_layers": _int(1),
+    "model.n_heads": _int(1),
+    "model.n_kv_heads": _int(1),
+    "model.d_ff": _int(1),
+    "model.max_seq_len": _int(2),
+    "sampling.max_new_tokens": _int(1),
+    "sampling.temperature": _real(0.0),
+    "sampling.top_k": _int(0),
+    "sampling.top_p": _real(0.0, 1.0, lo_open=True),
+    "sft.steps": _int(0),
+    "sft.batch_size": _int(1),
+    "sft.eval_every": _int(0),
+    "sft.length_buckets": _int(0),
+    **_optim("sft.optim"),
+    "rl.steps": _int(0),
+    "rl.prompts_per_step": _int(1),
+    "rl.group_size": _int(1),
+    "rl.clip_low": _real(0.0),
+    "rl.clip_high": _real(0.0),
+    "rl.clip_ratio_c": _real(1.0, lo_open=True),
+    "rl.kl_coef": _real(0.0),
+    "rl.sft_coef": _real(0.0),
+    "rl.eval_every": _int(0),
+    "rl.num_minibatches": _int(1),
+    "rl.num_iterations": _int(1),
+    "rl.tis_cap": _real(0.0),
+    "rl.max_gen_rounds": _int(1),
+    "rl.overlong_buffer": _int(0),
+    "rl.overlong_penalty_factor": _real(0.0),
+    "rl.reward_timeout": _real(0.0, lo_open=True),
+    "rl.reward_isolation": _one_of(contained.ISOLATIONS),
+    "rl.reward_max_logged": _int(0),
+    **_optim("rl.optim"),
+    "control.steps": _int(0),
+    "eval.num_samples": _int(1),
+    "eval.batch_size": _int(1),
+    "checkpoint.every": _int(1),
+    "checkpoint.max_to_keep": _int(1),
+}
+
+
+def _get(config, path: str):
+  node = config
+  for part in path.split("."):
+    if not isinstance(node, (ml_collections.ConfigDict, dict)) or part not in node:
+      return _MISSING
+    node = node[part]
+  return node
+
+
+_MISSING = object()
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError for the first field out of its range (`RULES`), naming it as
+  `config.<path>`; also every entry of `eval.temperatures` must be a finite number >= 0."""
+  for path, (ok, expected) in RULES.items():
+    value = _get(config, path)
+    if value is _MISSING:
+      continue
+    if not ok(value):
+      raise ConfigError(f"config.{path}={value!r}: expected {expected}")
+  temps = _get(config, "eval.temperatures")
+  if temps is not _MISSING:
+    for t in temps:
+      if not (_num(t) and t >= 0):
+        raise ConfigError(f"config.eval.temperatures={tuple(temps)!r}: expected finite "
+                          f"numbers >= 0, got {t!r}")
+  rl = _get(config, "rl")
+  if rl is not _MISSING and "rewards" in rl:
+    from rl_jax.train import rollouts  # pylint: disable=g-import-not-at-top (a cycle otherwise)
+    try:
+      rollouts.check_config(config)
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
