@@ -12,8 +12,9 @@ vectors are [N, 1] columns so that row reductions (`keepdims=True`) store withou
 Both backward kernels recompute the logit tile (TPU has no atomics), so the backward costs two
 tile recomputations. Columns past V (the last, partial block) are masked, W's included, so
 whatever the partial block holds never reaches a gradient. block_n should be a multiple of 8
-(16 for bfloat16) and block_v a multiple of 128. Tested on CPU in interpret mode; not yet run on
-a TPU.
+(16 for bfloat16) and block_v a multiple of 128; each kernel shrinks the given tile until its
+blocks fit the scoped VMEM (`fit_blocks`). Tested on CPU in interpret mode and compiled by Mosaic
+for TPU v5e in the tests (`tests/kernels/test_compile_accelerators.py`); not yet run on a TPU.
 """
 
 from __future__ import annotations
@@ -114,6 +115,45 @@ def _params(*semantics):
   return pltpu.CompilerParams(dimension_semantics=semantics)
 
 
+# Scoped VMEM the tiles of one kernel may take: Mosaic's default scoped limit is 16 MiB (v4, v5e,
+# v5p; v6e 32 MiB), less headroom for its own scratch.
+VMEM_BUDGET = 14 * 2**20
+
+
+def vmem_bytes(kernel: str, block_n: int, block_v: int, d: int, itemsize: int) -> int:
+  """Scoped VMEM of one kernel's double-buffered blocks plus its float32 logit tile.
+
+  kernel: 'fwd', 'dh' or 'dw'. Per-token [block_n, 1] vectors take whole (8, 128) float32 tiles.
+  """
+  vec = 2 * block_n * 128 * 4
+  h, w, tile = block_n * d * itemsize, d * block_v * itemsize, block_n * block_v * 4
+  if kernel == "fwd":
+    return 2 * (h + w) + 5 * vec + tile
+  out = block_n * d * 4 if kernel == "dh" else d * block_v * 4
+  return 2 * (h + w + out) + 5 * vec + tile
+
+
+def fit_blocks(kernel: str, block_n: int, block_v: int, d: int, itemsize: int,
+               budget: int = VMEM_BUDGET) -> tuple[int, int]:
+  """(block_n, block_v) no larger than the given ones whose `vmem_bytes` fit `budget`.
+
+  Halves block_v (down to 128 columns), then block_n (down to 16 rows), so a block_n that
+  divides N still does. The wide-model tiles that the Mosaic compiler rejected (e.g. D=1024 with
+  a [D, 2048] float32 d_unembedding block: 25 MiB of a 16 MiB limit) shrink to fit.
+
+  Raises:
+    ValueError: not even a [16, 128] tile fits (a very wide model).
+  """
+  while vmem_bytes(kernel, block_n, block_v, d, itemsize) > budget:
+    if block_v > 128:
+      block_v = max(128, block_v // 2 // 128 * 128)
+    elif block_n > 16:
+      block_n //= 2
+    else:
+      raise ValueError(f"no logprob {kernel} tile fits {budget} bytes of VMEM for d_model={d}")
+  return block_n, block_v
+
+
 @functools.partial(jax.jit, static_argnames=("transform", "block_n", "block_v", "vocab_major",
                                              "interpret"))
 def forward(hidden, unembedding, targets, *, transform: common.Transform, block_n: int,
@@ -121,6 +161,7 @@ def forward(hidden, unembedding, targets, *, transform: common.Transform, block_
   """-> (logp [N], entropy [N], lse [N]) float32; N % block_n == 0; W [D, V] or [V, D]."""
   n, d = hidden.shape
   v = unembedding.shape[0 if vocab_major else 1]
+  block_n, block_v = fit_blocks("fwd", block_n, block_v, d, hidden.dtype.itemsize)
   n_cols = pl.cdiv(v, block_v)
   stat = jax.ShapeDtypeStruct((n_cols, n, 1), jnp.float32)
   stats = pl.pallas_call(
@@ -144,10 +185,12 @@ def backward(hidden, unembedding, targets, lse, entropy, g_logp, g_ent, *,
   """-> (d_hidden [N, D], d_unembedding like W) in the input dtypes; N % block_n == 0."""
   n, d = hidden.shape
   v = unembedding.shape[0 if vocab_major else 1]
-  n_rows, n_cols = n // block_n, pl.cdiv(v, block_v)
   args = (hidden, unembedding, targets.reshape(n, 1)) + tuple(
       a.reshape(n, 1) for a in (lse, entropy, g_logp, g_ent))
   kw = dict(transform=transform, n_vocab=v, entropy_grad=entropy_grad, vocab_major=vocab_major)
+  size = hidden.dtype.itemsize
+  block_n, block_v = fit_blocks("dh", block_n, block_v, d, size)
+  n_rows, n_cols = n // block_n, pl.cdiv(v, block_v)
   dh = pl.pallas_call(
       functools.partial(_dh_kernel, **kw),
       grid=(n_rows, n_cols),
@@ -158,6 +201,9 @@ def backward(hidden, unembedding, targets, lse, entropy, g_logp, g_ent, *,
       interpret=interpret,
       name="logprob_bwd_dh",
   )(*args)
+  # The [D, block_v] float32 accumulator of d_unembedding gets its own (narrower) tile.
+  block_n, block_v = fit_blocks("dw", block_n, block_v, d, size)
+  n_rows, n_cols = n // block_n, pl.cdiv(v, block_v)
   dw = pl.pallas_call(
       functools.partial(_dw_kernel, **kw),
       grid=(n_cols, n_rows),
