@@ -337,7 +337,15 @@ def _compile(fn, args):
 def compile_phase(name: str, phase: _Phase, chip: chips.Chip) -> dict:
   """Compiles one phase (and its loop-body pieces); returns its report line."""
   t0 = time.perf_counter()
-  compiled = _compile(phase.fn, phase.args)
+  try:
+    compiled = _compile(phase.fn, phase.args)
+  except jax.errors.JaxRuntimeError as e:
+    if "RESOURCE_EXHAUSTED" not in str(e):
+      raise
+    # The TPU compiler refuses programs whose buffers exceed the HBM: a definite "does not fit".
+    return {"phase": name, "fits": False, "hbm_bytes": int(chip.hbm_bytes),
+            "error": str(e).splitlines()[0][:400],
+            "compile_seconds": round(time.perf_counter() - t0, 1)}
   seconds = time.perf_counter() - t0
   mem = compiled.memory_analysis()
   flops_raw, bytes_raw = _cost(compiled)
@@ -381,8 +389,15 @@ def compile_phases(config: ml_collections.ConfigDict, topology: str,
   if unknown:
     raise ValueError(f"unknown phase(s) {unknown}; expected some of {list(PHASES)}")
   mesh = topology_mesh(topology, tuple(config.mesh.shape))
-  devices = mesh.devices.flat
-  per_chip = len({getattr(d, "core_on_chip", 0) for d in devices})
+  # The abstract mesh as context (as `jax.set_mesh` gives the training loop), so that jitted code
+  # can constrain its buffers (`parallel.shard_batch`); the concrete one would run eager ops on
+  # the topology's devices, which exist only for compiling.
+  with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+    yield from _compile_all(config, mesh, topology, phases)
+
+
+def _compile_all(config, mesh, topology, phases):
+  per_chip = len({getattr(d, "core_on_chip", 0) for d in mesh.devices.flat})
   chip = chips.chip_of_topology(topology).per_device(per_chip)
   builder = _Builder(config, mesh)
   b, s = builder, builder.shapes

@@ -145,7 +145,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         store.set(key, source_evals[key])
   run_eval = _evaluator(exp)
   periodic = _periodic(run_eval)
-  with MetricsWriter(workdir) as writer:
+  # The context mesh lets jitted code constrain the buffers it creates (`parallel.shard_batch`).
+  with MetricsWriter(workdir) as writer, jax.set_mesh(exp.mesh):
     if config.init_from:
       sft = init_from.load_sft(exp, config.init_from)
     else:
