@@ -27,8 +27,10 @@ HF = ["transformers>=5.0", "tokenizers>=0.21", "jinja2>=3.1.6", "gguf>=0.10", "a
 EXTRAS = {
     # transformers/torch: the HF parity tests build tiny reference models with them (torch pinned
     # to the CPU wheel this project's machines carry in /opt/wheels).
+    # jax[tpu] (libtpu): the tests compile every phase and the Pallas kernels for TPU topologies
+    # on the CPU machine (experiments.aot, tests/kernels/test_compile_accelerators.py).
     "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "torch==2.13.0", "transformers>=5.0",
-             "tokenizers>=0.21", "jinja2>=3.1.6"],
+             "tokenizers>=0.21", "jinja2>=3.1.6", "jax[tpu]>=0.8"],
     "hf": HF,
     # Accelerator builds of jaxlib (the core install runs on CPU): pip install -e '.[gpu]'.
     "gpu": ["jax[cuda12]>=0.8"],

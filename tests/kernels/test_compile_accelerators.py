@@ -96,3 +96,19 @@ def test_gpu_kernels_lower_to_triton_for_cuda():
     exported = export.export(fn, platforms=["cuda"], disabled_checks=checks)(*fn_args)
     assert exported.platforms == ("cuda",)
     assert TRITON_CALL in exported.mlir_module()
+
+
+def test_auto_logprob_lowers_to_mosaic_for_tpu(tpu_device):
+  # impl='auto' picks the kernel when lowering: traced on this CPU host for a TPU device, the
+  # forward and its gradient are the Mosaic kernels, while a CPU lowering has none.
+  from kernels import logprob  # pylint: disable=g-import-not-at-top
+
+  def loss(h, w, t):
+    return jnp.sum(logprob.token_logprobs(h, w, t, vocab_major=True))
+
+  grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+  args = [_sds((64, 128), jnp.bfloat16, tpu_device), _sds((1000, 128), jnp.bfloat16, tpu_device),
+          _sds((64,), jnp.int32, tpu_device)]
+  assert grad.trace(*args).lower().as_text().count("tpu_custom_call") >= 3  # fwd, dh, dw
+  cpu = [jnp.zeros(a.shape, a.dtype) for a in args]
+  assert "custom_call" not in grad.lower(*cpu).as_text()
