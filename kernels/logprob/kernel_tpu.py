@@ -115,6 +115,16 @@ def _params(*semantics):
   return pltpu.CompilerParams(dimension_semantics=semantics)
 
 
+def _cost(n: int, d: int, v: int, itemsize: int, row_blocks: int, matmuls: int):
+  """What XLA's cost analysis counts for one kernel (it cannot see inside a Mosaic call).
+
+  `matmuls` [N, D] x [D, V] products (1 forward, 2 per backward kernel: the recomputed logits and
+  the gradient), an exp per logit, W read once per row block and the hidden states once.
+  """
+  return pl.CostEstimate(flops=2 * n * d * v * matmuls, transcendentals=n * v,
+                         bytes_accessed=itemsize * (row_blocks * d * v + n * d))
+
+
 # Scoped VMEM the tiles of one kernel may take: Mosaic's default scoped limit is 16 MiB (v4, v5e,
 # v5p; v6e 32 MiB), less headroom for its own scratch.
 VMEM_BUDGET = 14 * 2**20
@@ -172,6 +182,7 @@ def forward(hidden, unembedding, targets, *, transform: common.Transform, block_
       out_shape=[stat] * 4,
       compiler_params=_params("parallel", "parallel"),
       interpret=interpret,
+      cost_estimate=_cost(n, d, v, hidden.dtype.itemsize, n // block_n, 1),
       name="logprob_fwd",
   )(hidden, unembedding, targets.reshape(n, 1))
   return tuple(a[:, 0] for a in common.combine(*stats, axis=0))
@@ -199,6 +210,7 @@ def backward(hidden, unembedding, targets, lse, entropy, g_logp, g_ent, *,
       out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
       compiler_params=_params("parallel", "arbitrary"),
       interpret=interpret,
+      cost_estimate=_cost(n, d, v, size, n // block_n, 2),
       name="logprob_bwd_dh",
   )(*args)
   # The [D, block_v] float32 accumulator of d_unembedding gets its own (narrower) tile.
@@ -212,6 +224,7 @@ def backward(hidden, unembedding, targets, lse, entropy, g_logp, g_ent, *,
       out_shape=jax.ShapeDtypeStruct(unembedding.shape, jnp.float32),
       compiler_params=_params("parallel", "arbitrary"),
       interpret=interpret,
+      cost_estimate=_cost(n, d, v, size, n // block_n, 2),
       name="logprob_bwd_dw",
   )(*args)
   return dh.astype(hidden.dtype), dw.astype(unembedding.dtype)

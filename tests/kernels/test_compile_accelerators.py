@@ -46,11 +46,13 @@ def test_tpu_logprob_kernels_compile_with_tuned_blocks(tpu_device, d, dtype, voc
   args = _logprob_args(d, dtype, vocab_major, tpu_device)
   fwd = jax.jit(lambda h, w, t: kernel_tpu.forward(h, w, t, **kw)).trace(*args[:3]).lower()
   bwd = jax.jit(lambda *a: kernel_tpu.backward(*a, entropy_grad=True, **kw)).trace(*args).lower()
-  for lowered in (fwd, bwd):
+  for lowered, matmuls in ((fwd, 1), (bwd, 4)):
     text = lowered.as_text()
     assert "tpu_custom_call" in text  # The Mosaic kernel, not an XLA fallback.
     compiled = lowered.compile()
     assert compiled.memory_analysis().argument_size_in_bytes >= N * d * jnp.dtype(dtype).itemsize
+    # The kernels' cost estimates reach XLA's cost analysis (the roofline of experiments.aot).
+    assert compiled.cost_analysis()["flops"] >= 2 * N * d * V * matmuls
 
 
 def test_tpu_tile_fitting():
