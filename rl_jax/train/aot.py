@@ -258,8 +258,10 @@ class _Builder:
     """Abstract micro-batch of the R / num_minibatches rows `rl_step` scans over."""
     h = self.hyper
     r = self._rollout()
+    rewards = jax.ShapeDtypeStruct((self.shapes.rows, len(self.config.rl.rewards)), jnp.float32)
+    adv = jax.eval_shape(lambda x, ro: rl_inputs.advantages(x, ro, h)[0], rewards, r)
     rows = dict(prompt_tokens=r.prompt_tokens, prompt_mask=r.prompt_mask, tokens=r.tokens,
-                mask=r.mask, loss_mask=r.mask, good=r.mask, old_logp=r.logp, adv=r.logp)
+                mask=r.mask, loss_mask=r.mask, good=r.mask, old_logp=r.logp, adv=adv)
     if h.kl_coef and not h.kl_in_reward:
       rows["ref_logp"] = r.logp
     if h.tis_cap:
