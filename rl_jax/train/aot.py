@@ -23,10 +23,15 @@ from `memory_analysis()`, `fits` (their sum, less aliased bytes, within the chip
 and HBM bytes, and a roofline time. XLA's `cost_analysis()` counts the body of a while loop once,
 whatever its trip count, so the loops a phase runs are counted by compiling their bodies as
 separate pieces and adding them `trip count - 1` more times (`xla_flops`, `xla_bytes`; the raw
-numbers are `xla_flops_raw`, `xla_bytes_raw`). Loops inside a piece stay counted once: the tiled
-vocabulary loops of the XLA log-prob path (`kernels.logprob.xla`) among them, so `model_flops`
-(matmul and causal-attention FLOPs of the phase, `benchmarks.roofline.phase_flops`) is given too
-and the roofline takes the larger of the two FLOP counts.
+numbers are `xla_flops_raw`, `xla_bytes_raw`). Loops inside a piece stay counted once, and a
+Pallas kernel counts what it declares (`pl.CostEstimate`; the TPU log-prob kernels do), so
+`model_flops_per_device` (matmul and causal-attention FLOPs of the phase, as
+`benchmarks.roofline` counts them, over the devices) is given too and the roofline takes the
+larger of the two FLOP counts.
+
+The phases are compiled under the mesh as the context mesh (`jax.sharding.use_abstract_mesh`), as
+the training loop runs under `jax.set_mesh`: the Pallas kernels then run in a `shard_map`, and the
+sampler's cache gets its batch sharding.
 """
 
 from __future__ import annotations
