@@ -111,4 +111,3 @@ def shard_batch(tree: Any) -> Any:
     return jax.lax.with_sharding_constraint(x, P(BATCH, *([None] * (x.ndim - 1))))
 
   return jax.tree_util.tree_map(one, tree)
-

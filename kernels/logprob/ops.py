@@ -163,19 +163,24 @@ def token_logprobs(hidden: jax.Array, unembedding: jax.Array, targets: jax.Array
 def _sharded(fn, hidden, unembedding, targets, *, with_entropy: bool):
   """`fn` per device in a `shard_map` over the tokens under a context mesh of several devices.
 
-  XLA cannot partition a Pallas kernel. Tokens split over the mesh's ('data', 'fsdp') axes where
-  they divide (else every device takes all); the unembedding is gathered whole on each device, and
-  its gradient summed over the token shards by the shard_map's transpose.
+  XLA cannot partition a Pallas kernel. Tokens split over the mesh's ('data', 'fsdp') axes (padded
+  to a multiple of their devices); the unembedding is gathered whole on each device, and its
+  gradient summed over the token shards by the shard_map's transpose. A mesh without those axes
+  calls `fn` directly.
   """
   mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty or mesh.size == 1:
-    return fn(hidden, unembedding, targets)
   axes = tuple(a for a in ("data", "fsdp") if a in mesh.axis_names)
-  shards = math.prod(mesh.shape[a] for a in axes)
-  tok = P(axes) if axes and hidden.shape[0] % shards == 0 else P()
+  if mesh.empty or mesh.size == 1 or not axes:
+    return fn(hidden, unembedding, targets)
+  n = hidden.shape[0]
+  pad = -n % math.prod(mesh.shape[a] for a in axes)
+  h = jnp.pad(hidden, ((0, pad), (0, 0)))
+  t = jnp.pad(targets, (0, pad))
+  tok = P(axes)
   out = (tok, tok) if with_entropy else tok
-  return jax.shard_map(fn, mesh=mesh, in_specs=(tok, P(), tok), out_specs=out,
-                       check_vma=False)(hidden, unembedding, targets)
+  res = jax.shard_map(fn, mesh=mesh, in_specs=(tok, P(), tok), out_specs=out,
+                      check_vma=False)(h, unembedding, t)
+  return jax.tree_util.tree_map(lambda x: x[:n], res)
 
 
 def _run(hidden, unembedding, targets, *, family: str, table: str, interpret: bool, soft_cap,

@@ -149,16 +149,17 @@ def test_completion_logprobs_equal_full_forward_logits():
     np.testing.assert_allclose(a, b, atol=1e-4, err_msg=jax.tree_util.keystr(path))
 
 
-def test_sharded_kernel_wrapper_equals_one_device():
+@pytest.mark.parametrize("n", [64, 60])  # 60 tokens are padded to whole shards.
+def test_sharded_kernel_wrapper_equals_one_device(n):
   # impl='auto' runs the Pallas kernels per device in a shard_map over the tokens under a context
   # mesh; the wrapper, run here around the XLA path on 8 CPU devices, must give one device's
   # values and gradients (the unembedding's gradient summed over the token shards).
   from kernels.logprob import ops  # pylint: disable=g-import-not-at-top
   from rl_jax import parallel  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(3)
-  h = jnp.asarray(rng.standard_normal((64, 16)), jnp.float32)
+  h = jnp.asarray(rng.standard_normal((n, 16)), jnp.float32)
   w = jnp.asarray(rng.standard_normal((16, 40)), jnp.float32)
-  t = jnp.asarray(rng.integers(0, 40, 64), jnp.int32)
+  t = jnp.asarray(rng.integers(0, 40, n), jnp.int32)
   run = functools.partial(ops._run, family="xla", table="cpu", interpret=False,  # pylint: disable=protected-access
                           soft_cap=None, temperature=0.7, with_entropy=True, block_sizes=None,
                           vocab_major=False)
@@ -166,7 +167,7 @@ def test_sharded_kernel_wrapper_equals_one_device():
   def loss(h, w, sharded):
     fn = functools.partial(ops._sharded, run, with_entropy=True) if sharded else run  # pylint: disable=protected-access
     logp, ent = fn(h, w, t)
-    return jnp.sum(logp * jnp.arange(64)) + jnp.sum(ent), (logp, ent)
+    return jnp.sum(logp * jnp.arange(n)) + jnp.sum(ent), (logp, ent)
 
   grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True), static_argnums=2)
   (_, want), dwant = grad(h, w, False)
