@@ -41,7 +41,7 @@ import functools
 import math
 import os
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
