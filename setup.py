@@ -37,8 +37,10 @@ DATA = ["tensorflow-datasets>=4.9.7", "array-record>=0.5", "grain>=0.2.12",
 EXTRAS = {
     # transformers/torch: the HF parity tests build tiny reference models with them (torch pinned
     # to one version; its CPU-only build is enough).
+    # jax[tpu] (libtpu): the tests compile every phase and the Pallas kernels for TPU topologies
+    # on the CPU machine (experiments.aot, tests/kernels/test_compile_accelerators.py).
     "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "torch==2.13.0", "transformers>=5.0",
-             "tokenizers>=0.21", "jinja2>=3.1.6"] + DATA,
+             "tokenizers>=0.21", "jinja2>=3.1.6", "jax[tpu]>=0.8"] + DATA,
     "hf": HF,
     "data": DATA,
     # Accelerator builds of jaxlib (the core install runs on CPU): pip install -e '.[gpu]'.

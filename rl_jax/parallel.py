@@ -183,3 +183,24 @@ def gather_chunks(local: np.ndarray, n: int) -> np.ndarray:
   padded[:len(local)] = local
   every = np.asarray(multihost_utils.process_allgather(padded))  # [processes, per, ...]
   return every.reshape(-1, *local.shape[1:])[:n]
+
+
+def shard_batch(tree: Any) -> Any:
+  """Constrains the leading axis of every array in `tree` to ('data', 'fsdp') inside a jit.
+
+  Uses the context mesh (`jax.set_mesh`, which the training loop and `experiments.aot` set); with
+  none, or where the axis does not divide, leaves arrays unconstrained. Buffers created inside a
+  jitted function (the sampler's KV cache) otherwise get no sharding from the arguments, and the
+  compiler may replicate them on every device.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or not set(BATCH) <= set(mesh.axis_names):
+    return tree
+  n = mesh.shape["data"] * mesh.shape["fsdp"]
+
+  def one(x):
+    if n == 1 or x.ndim == 0 or x.shape[0] % n:
+      return x
+    return jax.lax.with_sharding_constraint(x, P(BATCH, *([None] * (x.ndim - 1))))
+
+  return jax.tree_util.tree_map(one, tree)

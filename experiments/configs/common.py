@@ -137,6 +137,9 @@ def base() -> ml_collections.ConfigDict:
   c.train = ml_collections.ConfigDict(dict(master_dtype="float32", donate=True))
   c.mesh = ml_collections.ConfigDict(dict(shape=(1, 1, 1)))
   c.checkpoint = ml_collections.ConfigDict(dict(every=50, max_to_keep=2))
+  # experiments/aot.py (compiling every phase for a TPU topology): prompt_len P of the compiled
+  # shapes; 0 = model.max_seq_len - sampling.max_new_tokens, the longest prompt a run allows.
+  c.aot = ml_collections.ConfigDict(dict(prompt_len=0))
   return c
 
 

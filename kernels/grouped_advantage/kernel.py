@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas import triton as plgpu
 
 
 def _kernel(r_all_ref, v_all_ref, id_all_ref, r_ref, v_ref, id_ref, m_ref, adv_ref, tok_ref, *,
@@ -71,16 +72,17 @@ def grouped_advantage(rewards, valid, segment_ids, token_mask, *, mode: str, eps
     mode, eps, weights: as in `reference` (weights a K-tuple of floats).
     num_segments: S.
     block_r, block_t: rows and tokens per program; R % block_r == 0.
-    platform: 'tpu' adds Mosaic dimension semantics; anything else runs the Triton defaults.
+    platform: 'tpu' lowers with Mosaic (TPU); anything else with Triton (GPU).
     interpret: run in interpret mode.
   """
   (r, k), t = rewards.shape, token_mask.shape[1]
   full = lambda cols: pl.BlockSpec((r, cols), lambda i, j: (0, 0))  # noqa: E731
   rows = lambda cols: pl.BlockSpec((block_r, cols), lambda i, j: (i, 0))  # noqa: E731
   tokens = pl.BlockSpec((block_r, block_t), lambda i, j: (i, j))
-  params = None
   if platform == "tpu":
     params = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"))
+  else:  # Triton: Pallas' default GPU lowering is Mosaic GPU, which this kernel is not written for.
+    params = plgpu.CompilerParams(num_warps=4, num_stages=1)
   return pl.pallas_call(
       functools.partial(_kernel, mode=mode, eps=eps, weights=weights, num_segments=num_segments),
       grid=(r // block_r, pl.cdiv(t, block_t)),

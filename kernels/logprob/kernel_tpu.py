@@ -12,8 +12,9 @@ vectors are [N, 1] columns so that row reductions (`keepdims=True`) store withou
 Both backward kernels recompute the logit tile (TPU has no atomics), so the backward costs two
 tile recomputations. Columns past V (the last, partial block) are masked, W's included, so
 whatever the partial block holds never reaches a gradient. block_n should be a multiple of 8
-(16 for bfloat16) and block_v a multiple of 128. Tested on CPU in interpret mode; not yet run on
-a TPU.
+(16 for bfloat16) and block_v a multiple of 128; each kernel shrinks the given tile until its
+blocks fit the scoped VMEM (`fit_blocks`). Tested on CPU in interpret mode and compiled by Mosaic
+for TPU v5e in the tests (`tests/kernels/test_compile_accelerators.py`); not yet run on a TPU.
 """
 
 from __future__ import annotations
@@ -114,6 +115,55 @@ def _params(*semantics):
   return pltpu.CompilerParams(dimension_semantics=semantics)
 
 
+def _cost(n: int, d: int, v: int, itemsize: int, row_blocks: int, matmuls: int):
+  """What XLA's cost analysis counts for one kernel (it cannot see inside a Mosaic call).
+
+  `matmuls` [N, D] x [D, V] products (1 forward, 2 per backward kernel: the recomputed logits and
+  the gradient), an exp per logit, W read once per row block and the hidden states once.
+  """
+  return pl.CostEstimate(flops=2 * n * d * v * matmuls, transcendentals=n * v,
+                         bytes_accessed=itemsize * (row_blocks * d * v + n * d))
+
+
+# Scoped VMEM the tiles of one kernel may take: Mosaic's default scoped limit is 16 MiB (v4, v5e,
+# v5p; v6e 32 MiB), less headroom for its own scratch.
+VMEM_BUDGET = 14 * 2**20
+
+
+def vmem_bytes(kernel: str, block_n: int, block_v: int, d: int, itemsize: int) -> int:
+  """Scoped VMEM of one kernel's double-buffered blocks plus its float32 logit tile.
+
+  kernel: 'fwd', 'dh' or 'dw'. Per-token [block_n, 1] vectors take whole (8, 128) float32 tiles.
+  """
+  vec = 2 * block_n * 128 * 4
+  h, w, tile = block_n * d * itemsize, d * block_v * itemsize, block_n * block_v * 4
+  if kernel == "fwd":
+    return 2 * (h + w) + 5 * vec + tile
+  out = block_n * d * 4 if kernel == "dh" else d * block_v * 4
+  return 2 * (h + w + out) + 5 * vec + tile
+
+
+def fit_blocks(kernel: str, block_n: int, block_v: int, d: int, itemsize: int,
+               budget: int = VMEM_BUDGET) -> tuple[int, int]:
+  """(block_n, block_v) no larger than the given ones whose `vmem_bytes` fit `budget`.
+
+  Halves block_v (down to 128 columns), then block_n (down to 16 rows), so a block_n that
+  divides N still does. The wide-model tiles that the Mosaic compiler rejected (e.g. D=1024 with
+  a [D, 2048] float32 d_unembedding block: 25 MiB of a 16 MiB limit) shrink to fit.
+
+  Raises:
+    ValueError: not even a [16, 128] tile fits (a very wide model).
+  """
+  while vmem_bytes(kernel, block_n, block_v, d, itemsize) > budget:
+    if block_v > 128:
+      block_v = max(128, block_v // 2 // 128 * 128)
+    elif block_n > 16:
+      block_n //= 2
+    else:
+      raise ValueError(f"no logprob {kernel} tile fits {budget} bytes of VMEM for d_model={d}")
+  return block_n, block_v
+
+
 @functools.partial(jax.jit, static_argnames=("transform", "block_n", "block_v", "vocab_major",
                                              "interpret"))
 def forward(hidden, unembedding, targets, *, transform: common.Transform, block_n: int,
@@ -121,6 +171,7 @@ def forward(hidden, unembedding, targets, *, transform: common.Transform, block_
   """-> (logp [N], entropy [N], lse [N]) float32; N % block_n == 0; W [D, V] or [V, D]."""
   n, d = hidden.shape
   v = unembedding.shape[0 if vocab_major else 1]
+  block_n, block_v = fit_blocks("fwd", block_n, block_v, d, hidden.dtype.itemsize)
   n_cols = pl.cdiv(v, block_v)
   stat = jax.ShapeDtypeStruct((n_cols, n, 1), jnp.float32)
   stats = pl.pallas_call(
@@ -131,6 +182,7 @@ def forward(hidden, unembedding, targets, *, transform: common.Transform, block_
       out_shape=[stat] * 4,
       compiler_params=_params("parallel", "parallel"),
       interpret=interpret,
+      cost_estimate=_cost(n, d, v, hidden.dtype.itemsize, n // block_n, 1),
       name="logprob_fwd",
   )(hidden, unembedding, targets.reshape(n, 1))
   return tuple(a[:, 0] for a in common.combine(*stats, axis=0))
@@ -144,10 +196,12 @@ def backward(hidden, unembedding, targets, lse, entropy, g_logp, g_ent, *,
   """-> (d_hidden [N, D], d_unembedding like W) in the input dtypes; N % block_n == 0."""
   n, d = hidden.shape
   v = unembedding.shape[0 if vocab_major else 1]
-  n_rows, n_cols = n // block_n, pl.cdiv(v, block_v)
   args = (hidden, unembedding, targets.reshape(n, 1)) + tuple(
       a.reshape(n, 1) for a in (lse, entropy, g_logp, g_ent))
   kw = dict(transform=transform, n_vocab=v, entropy_grad=entropy_grad, vocab_major=vocab_major)
+  size = hidden.dtype.itemsize
+  block_n, block_v = fit_blocks("dh", block_n, block_v, d, size)
+  n_rows, n_cols = n // block_n, pl.cdiv(v, block_v)
   dh = pl.pallas_call(
       functools.partial(_dh_kernel, **kw),
       grid=(n_rows, n_cols),
@@ -156,8 +210,12 @@ def backward(hidden, unembedding, targets, lse, entropy, g_logp, g_ent, *,
       out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
       compiler_params=_params("parallel", "arbitrary"),
       interpret=interpret,
+      cost_estimate=_cost(n, d, v, size, n // block_n, 2),
       name="logprob_bwd_dh",
   )(*args)
+  # The [D, block_v] float32 accumulator of d_unembedding gets its own (narrower) tile.
+  block_n, block_v = fit_blocks("dw", block_n, block_v, d, size)
+  n_rows, n_cols = n // block_n, pl.cdiv(v, block_v)
   dw = pl.pallas_call(
       functools.partial(_dw_kernel, **kw),
       grid=(n_cols, n_rows),
@@ -166,6 +224,7 @@ def backward(hidden, unembedding, targets, lse, entropy, g_logp, g_ent, *,
       out_shape=jax.ShapeDtypeStruct(unembedding.shape, jnp.float32),
       compiler_params=_params("parallel", "arbitrary"),
       interpret=interpret,
+      cost_estimate=_cost(n, d, v, size, n // block_n, 2),
       name="logprob_bwd_dw",
   )(*args)
   return dh.astype(hidden.dtype), dw.astype(unembedding.dtype)

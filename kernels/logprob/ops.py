@@ -10,25 +10,31 @@ run as:
   impl='pallas'     the Pallas kernel of the backend: Triton on GPU, Mosaic on TPU;
   impl='interpret'  that Pallas kernel in interpret mode (tests; slow). On CPU it runs the GPU
                     kernel unless `platform='tpu'`;
-  impl='auto'       'pallas' on GPU and TPU, 'xla' elsewhere.
+  impl='auto'       'pallas' on GPU and TPU, 'xla' elsewhere, chosen when the program is lowered
+                    (`lax.platform_dependent`), so a TPU program compiled ahead of time on a
+                    CPU host (`experiments.aot`) gets the Mosaic kernel.
 
 Block sizes: `block_sizes=None` takes the tuned entry of `block_sizes.TUNED` for the platform and
 dtype; see `block_sizes.py` for how to pick them on a GPU or TPU. block_n is clipped to the
 (padded) token count, so small inputs run one row block.
 
-Under a sharded jit, the XLA path is partitioned by XLA like any other loop; the Pallas kernels
-are single-device kernels (wrap them in `shard_map` over the token axis to shard them).
+Under a sharded jit, the XLA path is partitioned by XLA like any other loop; XLA cannot partition
+the Pallas kernels, so under a context mesh of several devices (`jax.set_mesh`, which the
+training loop sets) impl='auto' runs them in a `shard_map` over the token axis, each device with
+the whole unembedding (`_sharded`). impl='pallas' calls the kernel directly (one device).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.sharding import PartitionSpec as P
 
 from kernels.logprob import common, kernel_gpu, kernel_tpu, xla
 from kernels.logprob.block_sizes import BlockSizes, tuned
@@ -137,7 +143,49 @@ def token_logprobs(hidden: jax.Array, unembedding: jax.Array, targets: jax.Array
     logp [N] float32, or (logp, entropy) with `with_entropy`. Gradients flow to hidden and
     unembedding (in their dtypes); targets get none.
   """
-  family, table, interpret = _resolve(impl, platform)
+  kw = dict(soft_cap=soft_cap, temperature=temperature, with_entropy=with_entropy,
+            block_sizes=block_sizes, vocab_major=vocab_major)
+  if impl != "auto":
+    family, table, interpret = _resolve(impl, platform)
+    return _run(hidden, unembedding, targets, family=family, table=table, interpret=interpret,
+                **kw)
+  _resolve(impl, platform)
+  # Chosen when lowering: a TPU (CUDA) executable gets the Mosaic (Triton) kernel even when it is
+  # traced on a CPU host (experiments.aot); other platforms the tiled XLA loops.
+  kernel = lambda family: functools.partial(  # noqa: E731
+      _sharded, functools.partial(_run, family=family, table=family, interpret=False, **kw),
+      with_entropy=with_entropy)
+  return jax.lax.platform_dependent(
+      hidden, unembedding, targets, tpu=kernel("tpu"), cuda=kernel("gpu"),
+      default=functools.partial(_run, family="xla", table="cpu", interpret=False, **kw))
+
+
+def _sharded(fn, hidden, unembedding, targets, *, with_entropy: bool):
+  """`fn` per device in a `shard_map` over the tokens under a context mesh of several devices.
+
+  XLA cannot partition a Pallas kernel. Tokens split over the mesh's ('data', 'fsdp') axes (padded
+  to a multiple of their devices); the unembedding is gathered whole on each device, and its
+  gradient summed over the token shards by the shard_map's transpose. A mesh without those axes
+  calls `fn` directly.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  axes = tuple(a for a in ("data", "fsdp") if a in mesh.axis_names)
+  if mesh.empty or mesh.size == 1 or not axes:
+    return fn(hidden, unembedding, targets)
+  n = hidden.shape[0]
+  pad = -n % math.prod(mesh.shape[a] for a in axes)
+  h = jnp.pad(hidden, ((0, pad), (0, 0)))
+  t = jnp.pad(targets, (0, pad))
+  tok = P(axes)
+  out = (tok, tok) if with_entropy else tok
+  res = jax.shard_map(fn, mesh=mesh, in_specs=(tok, P(), tok), out_specs=out,
+                      check_vma=False)(h, unembedding, t)
+  return jax.tree_util.tree_map(lambda x: x[:n], res)
+
+
+def _run(hidden, unembedding, targets, *, family: str, table: str, interpret: bool, soft_cap,
+         temperature, with_entropy, block_sizes, vocab_major):
+  """`token_logprobs` with the kernel family chosen: blocks, padding, the custom_vjp call."""
   n = hidden.shape[0]
   if block_sizes is None:
     block_sizes = tuned(table, jnp.dtype(hidden.dtype).name)

@@ -164,6 +164,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-0.6b": dict(vocab_size=151936, d_model=1024, n_layers=28, n_heads=16, n_kv_heads=8,
                        head_dim=128, d_ff=3072, rope_theta=1000000.0, norm_eps=1e-6,
                        max_seq_len=40960, qk_norm=True),
+    # Llama 3.2 3B (config.json of meta-llama/Llama-3.2-3B: tied embeddings, llama3 RoPE).
+    "llama3-3b": dict(vocab_size=128256, d_model=3072, n_layers=28, n_heads=24, n_kv_heads=8,
+                      head_dim=128, d_ff=8192, rope_theta=500000.0, norm_eps=1e-5,
+                      max_seq_len=131072, rope_scaling="llama3", rope_factor=32.0,
+                      rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
+                      rope_original_max_len=8192),
+    # Qwen3 1.7B and 8B (config.json of Qwen/Qwen3-1.7B, Qwen/Qwen3-8B; 8B has its own lm_head).
+    "qwen3-1.7b": dict(vocab_size=151936, d_model=2048, n_layers=28, n_heads=16, n_kv_heads=8,
+                       head_dim=128, d_ff=6144, rope_theta=1000000.0, norm_eps=1e-6,
+                       max_seq_len=40960, qk_norm=True),
+    "qwen3-8b": dict(vocab_size=151936, d_model=4096, n_layers=36, n_heads=32, n_kv_heads=8,
+                     head_dim=128, d_ff=12288, rope_theta=1000000.0, norm_eps=1e-6,
+                     max_seq_len=40960, qk_norm=True, tie_embeddings=False),
     # Gemma 2B (GeGLU, sqrt(D)-scaled embeddings, (1 + w) RMSNorm, multi-query attention).
     "gemma-2b": dict(vocab_size=256000, d_model=2048, n_layers=18, n_heads=8, n_kv_heads=1,
                      head_dim=256, d_ff=16384, rope_theta=10000.0, norm_eps=1e-6,

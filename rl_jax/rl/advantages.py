@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from kernels import grouped_advantage
 from rl_jax.registry import Registry
 
 ADVANTAGES = Registry('advantage')
@@ -113,9 +114,21 @@ def _token_mask(mask: Array, v: Array) -> Array:
 # Sequence-level estimators, [B, G] -> [B, G].
 
 
+def _grouped(r: Array, v: Array, mode: str, eps: float, impl: str) -> Array:
+  """[B, G] advantages of one grouped-statistics `mode` from `kernels.grouped_advantage`.
+
+  impl 'auto' lowers to the Pallas kernel on TPU and GPU and to the XLA reference elsewhere
+  (chosen at lowering time, so a TPU program compiled on a CPU host gets the kernel too).
+  """
+  b, g = r.shape
+  adv, _ = grouped_advantage.grouped_advantage(r.reshape(-1), v.reshape(-1) > 0, group_size=g,
+                                               mode=mode, eps=eps, impl=impl)
+  return adv.reshape(b, g)
+
+
 @ADVANTAGES.register('grpo')
 def grpo(rewards: Array, valid: Array, *, eps: float = 1e-6,
-         scale: str = 'group') -> AdvOut:
+         scale: str = 'group', impl: str = 'auto') -> AdvOut:
   """GRPO: `A_i = (r_i − mean_j r_j) / (std_j r_j + ε)` (§1.1).
 
   Args:
@@ -125,17 +138,17 @@ def grpo(rewards: Array, valid: Array, *, eps: float = 1e-6,
     scale: 'group' divides by the group std; 'batch' by the std of all valid
       rewards in the batch (TRL `scale_rewards='batch'`); 'none' does not
       divide (Dr.GRPO).
+    impl: how 'group' and 'none' compute the group statistics
+      (`kernels.grouped_advantage` impl: 'auto' | 'pallas' | 'xla' | 'interpret').
   """
   r, v = _prep(rewards, valid)
-  _, mu, std = _group_stats(r, v)
-  a = r - mu
-  if scale == 'group':
-    a = a / (std + eps)
-  elif scale == 'batch':
-    a = a / (_all_stats(r, v)[1] + eps)
-  elif scale != 'none':
+  if scale in ('group', 'none'):
+    mode = 'mean_std' if scale == 'group' else 'mean'
+    return _finish(_grouped(r, v, mode, eps, impl), v)
+  if scale != 'batch':
     raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
-  return _finish(a, v)
+  _, mu, _ = _group_stats(r, v)
+  return _finish((r - mu) / (_all_stats(r, v)[1] + eps), v)
 
 
 @ADVANTAGES.register('drgrpo')
@@ -146,16 +159,13 @@ def drgrpo(rewards: Array, valid: Array) -> AdvOut:
 
 
 @ADVANTAGES.register('rloo')
-def rloo(rewards: Array, valid: Array) -> AdvOut:
+def rloo(rewards: Array, valid: Array, *, impl: str = 'auto') -> AdvOut:
   """RLOO: `A_i = r_i − 1/(n−1) Σ_{j≠i} r_j = (n r_i − Σ_j r_j)/(n−1)` (§1.3).
 
-  n is the number of valid members; a singleton gets `A_i = r_i`.
+  n is the number of valid members; a singleton gets `A_i = r_i`. `impl` as in `grpo`.
   """
   r, v = _prep(rewards, valid)
-  n = jnp.sum(v, axis=1, keepdims=True)
-  s = jnp.sum(r * v, axis=1, keepdims=True)
-  a = jnp.where(n > 1, (n * r - s) / jnp.maximum(n - 1.0, 1.0), r)
-  return _finish(a, v)
+  return _finish(_grouped(r, v, 'loo', 0.0, impl), v)
 
 
 @ADVANTAGES.register('opo')

@@ -14,7 +14,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from rl_jax import models
+from rl_jax import models, parallel
 from rl_jax.sampling.strategies import Sampling
 
 
@@ -83,12 +83,13 @@ def generate_with_cache(params, prompt: jax.Array, prompt_mask: jax.Array, rng: 
   chex.assert_equal_shape([prompt, prompt_mask])
   chex.assert_type(prompt, int)
   b, p = prompt.shape
-  cache = models.init_cache(cfg, b, cache_size or p + max_new_tokens)
+  # The cache is created here, so it gets the batch sharding explicitly (under a context mesh).
+  cache = parallel.shard_batch(models.init_cache(cfg, b, cache_size or p + max_new_tokens))
   logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
   if num_samples > 1:
     # Each prompt is prefilled once; its samples start from copies of its cache rows.
     rows = jnp.repeat(jnp.arange(b), num_samples)
-    cache, logits = cache.take_rows(rows), logits[rows]
+    cache, logits = parallel.shard_batch((cache.take_rows(rows), logits[rows]))
   return decode_loop(cfg, params, cache, logits, rng, strategy=strategy,
                      max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id)
 

@@ -232,7 +232,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   run_eval = _evaluator(exp)
   periodic = _periodic(run_eval)
   try:
-    with MetricsWriter(workdir, enabled=primary) as writer:
+    # The context mesh lets jitted code constrain the buffers it creates (`parallel.shard_batch`).
+    with MetricsWriter(workdir, enabled=primary) as writer, jax.set_mesh(exp.mesh):
       summary = _train_and_evaluate(exp, store, run_eval, periodic, writer)
   finally:
     if "reward_scorer" in exp.__dict__:  # Built by the RL phase.

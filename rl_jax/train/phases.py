@@ -266,13 +266,18 @@ def _injected_nan_step(exp: Experiment) -> int:
 
 
 def rl_hyper(exp: Experiment) -> steps_lib.RLHyper:
-  rl = exp.config.rl
+  return hyper_from_config(exp.config)
+
+
+def hyper_from_config(config) -> steps_lib.RLHyper:
+  """`config.rl` (and the rollout temperature) -> the static RLHyper of `steps.rl_step`."""
+  rl = config.rl
   return steps_lib.RLHyper(
       group_size=rl.group_size, advantage=rl.advantage,
       advantage_options=tuple(sorted(rl.advantage_options.to_dict().items())),
       loss=rl.loss, clip_low=rl.clip_low, clip_high=rl.clip_high, clip_ratio_c=rl.clip_ratio_c,
       kl_coef=rl.kl_coef, kl_kind=rl.kl_kind, kl_in_reward=rl.kl_in_reward,
-      aggregation=rl.aggregation, temperature=exp.config.sampling.temperature,
+      aggregation=rl.aggregation, temperature=config.sampling.temperature,
       sft_coef=rl.sft_coef, reward_weights=tuple(float(w) for w in rl.reward_weights),
       num_minibatches=rl.num_minibatches, num_iterations=rl.num_iterations, tis_cap=rl.tis_cap,
       shared_prompts=rl.shared_prompts)

@@ -147,3 +147,35 @@ def test_completion_logprobs_equal_full_forward_logits():
   for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got),
                           jax.tree_util.tree_leaves(want)):
     np.testing.assert_allclose(a, b, atol=1e-4, err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.mark.parametrize("n", [64, 60])  # 60 tokens are padded to whole shards.
+def test_sharded_kernel_wrapper_equals_one_device(n):
+  # impl='auto' runs the Pallas kernels per device in a shard_map over the tokens under a context
+  # mesh; the wrapper, run here around the XLA path on 8 CPU devices, must give one device's
+  # values and gradients (the unembedding's gradient summed over the token shards).
+  from kernels.logprob import ops  # pylint: disable=g-import-not-at-top
+  from rl_jax import parallel  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  h = jnp.asarray(rng.standard_normal((n, 16)), jnp.float32)
+  w = jnp.asarray(rng.standard_normal((16, 40)), jnp.float32)
+  t = jnp.asarray(rng.integers(0, 40, n), jnp.int32)
+  run = functools.partial(ops._run, family="xla", table="cpu", interpret=False,  # pylint: disable=protected-access
+                          soft_cap=None, temperature=0.7, with_entropy=True, block_sizes=None,
+                          vocab_major=False)
+
+  def loss(h, w, sharded):
+    fn = functools.partial(ops._sharded, run, with_entropy=True) if sharded else run  # pylint: disable=protected-access
+    logp, ent = fn(h, w, t)
+    return jnp.sum(logp * jnp.arange(n)) + jnp.sum(ent), (logp, ent)
+
+  grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True), static_argnums=2)
+  (_, want), dwant = grad(h, w, False)
+  mesh = parallel.make_mesh((2, 4, 1))
+  with jax.set_mesh(mesh):
+    (_, got), dgot = grad(h, w, True)
+    text = jax.jit(lambda h, w: ops._sharded(run, h, w, t, with_entropy=True)).lower(h, w).as_text()  # pylint: disable=protected-access
+  assert "shard_map" in text or "manual" in text  # The wrapper did split the tokens.
+  # Float32 sums in another order: errors relative to each array's largest entry.
+  for a, b in zip(jax.tree_util.tree_leaves((got, dgot)), jax.tree_util.tree_leaves((want, dwant))):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))

@@ -9,8 +9,11 @@ PUBLISHED = {
     "smollm2-135m": 134_515_008,
     "smollm2-360m": 361_821_120,
     "llama3-1b": 1_235_814_400,  # Llama 3.2 1B
+    "llama3-3b": 3_212_749_824,  # Llama 3.2 3B
     "qwen2.5-0.5b": 494_032_768,
     "qwen3-0.6b": 596_049_920,
+    "qwen3-1.7b": 1_720_574_976,  # 1.7B; 1.4B without the (tied) embedding
+    "qwen3-8b": 8_190_735_360,  # 8.2B; 6.95B without embedding and lm_head
     "gemma-2b": 2_506_172_416,
 }
 

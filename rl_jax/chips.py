@@ -1,0 +1,70 @@
+"""Public per-chip numbers of TPU generations, for memory checks and roofline estimates.
+
+`CHIPS[name]` is one chip (what a JAX device is on these generations, megacore included; on v4 a
+topology may list each of a chip's two TensorCores as a device, see `per_device`). Sources (Google
+Cloud TPU system-architecture pages, read 2026-11):
+
+- v4:  https://cloud.google.com/tpu/docs/v4   275 TFLOP/s bf16, 32 GiB HBM2, 1,200 GB/s.
+- v5e: https://cloud.google.com/tpu/docs/v5e  197 TFLOP/s bf16, 16 GiB HBM2, 819 GB/s.
+- v5p: https://cloud.google.com/tpu/docs/v5p  459 TFLOP/s bf16, 95 GiB HBM2e, 2,765 GB/s.
+- v6e: https://cloud.google.com/tpu/docs/v6e  918 TFLOP/s bf16, 32 GiB HBM, 1,640 GB/s.
+
+The roofline time of a program is max(FLOPs / peak FLOP/s, HBM bytes / HBM bandwidth): a lower
+bound that ignores communication, latency and float32 matmuls (which run at a fraction of the
+bf16 peak).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+GIB = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+  """One accelerator chip.
+
+  Attributes:
+    name: generation, as in topology names ('v5e').
+    device_kind: `jax.Device.device_kind` of its devices.
+    peak_bf16_flops: dense bfloat16 FLOP/s.
+    hbm_bytes: HBM capacity in bytes.
+    hbm_bandwidth: HBM bytes/s.
+  """
+
+  name: str
+  device_kind: str
+  peak_bf16_flops: float
+  hbm_bytes: int
+  hbm_bandwidth: float
+
+  def per_device(self, devices_per_chip: int) -> "Chip":
+    """The share of one device when a chip shows up as `devices_per_chip` devices."""
+    if devices_per_chip == 1:
+      return self
+    k = devices_per_chip
+    return dataclasses.replace(self, peak_bf16_flops=self.peak_bf16_flops / k,
+                               hbm_bytes=self.hbm_bytes // k,
+                               hbm_bandwidth=self.hbm_bandwidth / k)
+
+  def roofline_seconds(self, flops: float, hbm_bytes: float) -> float:
+    """max(compute time, memory time) of one device's program."""
+    return max(flops / self.peak_bf16_flops, hbm_bytes / self.hbm_bandwidth)
+
+
+CHIPS: dict[str, Chip] = {
+    "v4": Chip("v4", "TPU v4", 275e12, 32 * GIB, 1200e9),
+    "v5e": Chip("v5e", "TPU v5 lite", 197e12, 16 * GIB, 819e9),
+    "v5p": Chip("v5p", "TPU v5", 459e12, 95 * GIB, 2765e9),
+    "v6e": Chip("v6e", "TPU v6 lite", 918e12, 32 * GIB, 1640e9),
+}
+
+
+def chip_of_topology(topology: str) -> Chip:
+  """The chip of a topology name such as 'v5e:2x4' (its part before ':')."""
+  name = topology.split(":")[0].lower()
+  if name not in CHIPS:
+    raise ValueError(f"unknown TPU generation {name!r} in topology {topology!r}; expected one of "
+                     f"{sorted(CHIPS)} (e.g. 'v5e:2x4', 'v5p:2x2x1')")
+  return CHIPS[name]
