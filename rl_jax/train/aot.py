@@ -176,7 +176,13 @@ class _Builder:
     init = functools.partial(models.init_params, self.cfg)
     abstract = jax.eval_shape(init, jax.random.key(0))
     self.params_sh = parallel.tree_shardings(abstract, mesh)
+    # The sampler's and the reference pass's parameters: the model's compute copy (param_dtype).
     self.params = _sds(abstract, self.params_sh)
+    # The train state's master weights (config.train.master_dtype), as the loop keeps them; the
+    # steps cast them to param_dtype once per update (models.cast_params).
+    master_cfg = dataclasses.replace(self.cfg, param_dtype=config.train.master_dtype)
+    master = jax.eval_shape(functools.partial(models.init_params, master_cfg), jax.random.key(0))
+    self.master = _sds(master, parallel.tree_shardings(master, mesh))
     self.rng = jax.ShapeDtypeStruct((), jax.eval_shape(lambda: jax.random.key(0)).dtype,
                                     sharding=parallel.replicated(mesh))
     s = self.shapes
@@ -187,7 +193,7 @@ class _Builder:
 
   def _state(self, optim, steps: int):
     tx = make_optimizer(optim, steps)
-    abstract = jax.eval_shape(functools.partial(TrainState.create, tx=tx), self.params)
+    abstract = jax.eval_shape(functools.partial(TrainState.create, tx=tx), self.master)
     shardings = parallel.tree_shardings(abstract, self.mesh)
     return _sds(abstract, shardings), shardings
 
@@ -290,7 +296,7 @@ class _Builder:
     fn = jax.jit(functools.partial(steps_lib.rl_step, model_cfg=self.cfg, hyper=h),
                  out_shardings=(state_sh, parallel.replicated(self.mesh)), donate_argnums=0)
     passes = (1 if h.kl_coef else 0) + (1 if h.tis_cap else 0)
-    phase = _Phase(fn, (state, self.params, rollout, rewards),
+    phase = _Phase(fn, (state, self.master, rollout, rewards),  # reference: the SFT master weights
                    model_flops=self.flops["logprob"] * (3 * h.num_iterations + passes))
     updates = h.num_iterations * h.num_minibatches
     if updates > 1:

@@ -75,3 +75,20 @@ def test_chip_table():
   half = chips.CHIPS["v4"].per_device(2)
   assert half.hbm_bytes == 16 * 2**30 and half.peak_bf16_flops == 137.5e12
   assert set(chips.CHIPS) >= {"v4", "v5e", "v5p", "v6e"}
+
+
+def test_train_state_holds_master_weights_in_master_dtype():
+  """As in the loop: the sampler and reference pass get the param_dtype copy, the train state
+  (params and AdamW moments) keeps config.train.master_dtype (float32 master weights)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  config = scale.get_config("tiny")
+  with config.unlocked():
+    config.model.param_dtype = "bfloat16"
+  builder = aot._Builder(config, aot.topology_mesh("v5e:2x2", (1, -1, 1)))  # pylint: disable=protected-access
+  sampler_dtypes = {x.dtype for x in jax.tree.leaves(builder.params)}
+  assert sampler_dtypes == {jnp.dtype(jnp.bfloat16)}
+  state, _ = builder._state(config.rl.optim, 1)  # pylint: disable=protected-access
+  assert {x.dtype for x in jax.tree.leaves(state.params)} == {jnp.dtype(jnp.float32)}
+  rl = builder.rl_step()
+  assert {x.dtype for x in jax.tree.leaves(rl.args[1])} == {jnp.dtype(jnp.float32)}  # reference
