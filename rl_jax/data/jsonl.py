@@ -9,11 +9,42 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, List, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from rl_jax.data.tasks import SplitTask, TaskExample, _check_positive, extract_answer
+
+
+def read_objects(path: str) -> list[tuple[int, dict]]:
+  """(line number, object) of every non-blank line of a JSONL file, in order.
+
+  The one JSONL reader of the package (the `jsonl` task, the TFDS JSONL builder, the evaluation
+  sets).
+
+  Raises:
+    FileNotFoundError: `path` is not a file.
+    ValueError: a line is not valid JSON or not a JSON object (the message names file and line),
+      or the file holds no rows.
+  """
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{path!r} does not exist; expected a JSONL file (one JSON object a "
+                            "line)")
+  rows = []
+  with open(path, encoding="utf-8") as f:
+    for lineno, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        row = json.loads(line)
+      except ValueError as e:
+        raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from None
+      if not isinstance(row, dict):
+        raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+      rows.append((lineno, row))
+  if not rows:
+    raise ValueError(f"{path!r} holds no rows")
+  return rows
 
 
 def _number(text: str):
@@ -47,19 +78,15 @@ class JsonlTask(SplitTask):
     train_size = _check_positive("train_size", train_size)
     eval_size = _check_positive("eval_size", eval_size)
     examples, seen = [], set()
-    with open(path) as f:
-      for lineno, line in enumerate(f, 1):
-        if not line.strip():
-          continue
-        try:
-          row = json.loads(line)
-          q, a = str(row[qk]), str(row[ak])
-        except (ValueError, KeyError, TypeError) as e:
-          raise ValueError(f"{path}:{lineno}: expected a JSON object with keys {qk!r} and {ak!r} "
-                           f"({e!r})") from None
-        if q not in seen:
-          seen.add(q)
-          examples.append(TaskExample(prompt=q, answer=a, meta={}))
+    for lineno, row in read_objects(path):
+      try:
+        q, a = str(row[qk]), str(row[ak])
+      except KeyError as e:
+        raise ValueError(f"{path}:{lineno}: expected a JSON object with keys {qk!r} and {ak!r} "
+                         f"({e!r})") from None
+      if q not in seen:
+        seen.add(q)
+        examples.append(TaskExample(prompt=q, answer=a, meta={}))
     if len(examples) <= eval_size:
       raise ValueError(f"{path} holds {len(examples)} distinct questions; expected more than "
                        f"eval_size={eval_size} so that some are left to train on")

@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
+from rl_jax.data import jsonl
 from rl_jax.data.tasks import TaskExample
 
 TASK_SPLITS = ("train", "heldout")
@@ -213,28 +214,17 @@ def read_problems(path: str) -> List[Dict[str, Any]]:
                             f"object a line with keys {QUESTION_KEYS[0]!r} (or "
                             f"{QUESTION_KEYS[1]!r}) and {ANSWER_KEYS[0]!r} (or {ANSWER_KEYS[1]!r})")
   rows = []
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      where = f"{path}:{lineno}"
-      try:
-        row = json.loads(line)
-      except ValueError as e:
-        raise ValueError(f"{where}: not valid JSON ({e})") from None
-      if not isinstance(row, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
-      qk, ak = _pick(row, QUESTION_KEYS), _pick(row, ANSWER_KEYS)
-      if qk is None or ak is None:
-        raise ValueError(f"{where}: expected keys {' or '.join(map(repr, QUESTION_KEYS))} and "
-                         f"{' or '.join(map(repr, ANSWER_KEYS))}; the row has {sorted(row)}")
-      for k in (qk, ak):
-        if isinstance(row[k], bool) or not isinstance(row[k], (str, int, float)):
-          raise ValueError(f"{where}: {k!r} must be a string or a number, got "
-                           f"{type(row[k]).__name__}")
-      rows.append({"line": lineno, "question": str(row[qk]), "answer": str(row[ak])})
-  if not rows:
-    raise ValueError(f"JSONL problem file {path!r} holds no rows")
+  for lineno, row in jsonl.read_objects(path):
+    where = f"{path}:{lineno}"
+    qk, ak = _pick(row, QUESTION_KEYS), _pick(row, ANSWER_KEYS)
+    if qk is None or ak is None:
+      raise ValueError(f"{where}: expected keys {' or '.join(map(repr, QUESTION_KEYS))} and "
+                       f"{' or '.join(map(repr, ANSWER_KEYS))}; the row has {sorted(row)}")
+    for k in (qk, ak):
+      if isinstance(row[k], bool) or not isinstance(row[k], (str, int, float)):
+        raise ValueError(f"{where}: {k!r} must be a string or a number, got "
+                         f"{type(row[k]).__name__}")
+    rows.append({"line": lineno, "question": str(row[qk]), "answer": str(row[ak])})
   return rows
 
 

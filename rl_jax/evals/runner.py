@@ -15,7 +15,7 @@ import functools
 import json
 import os
 import time
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, Sequence
 
 import jax
 import ml_collections

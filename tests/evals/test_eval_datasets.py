@@ -32,7 +32,7 @@ def test_jsonl_question_answer_and_strata(tmp_path):
     ([{"question": "q"}], "no answer field"),
     ([{"answer": "1"}], "no question field"),
     ([[1, 2]], "expected a JSON object"),
-    ([], "holds no problems"),
+    ([], "holds no rows"),
 ])
 def test_jsonl_errors_name_the_file_and_field(tmp_path, rows, match):
   path = write_jsonl(tmp_path / "bad.jsonl", rows)
