@@ -47,6 +47,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from rl_jax import parallel
+
 _MAX_LISTED = 8
 DIGEST_FILE = "digest.json"
 _log = logging.getLogger(__name__)
@@ -162,7 +164,11 @@ class Checkpointer:
     saved = self._manager.save(step, force=True, args=ocp.args.Composite(**items))
     self._manager.wait_until_finished()
     if saved:
-      self._write_digest(step)
+      # Multi-host: the directory is shared and orbax has finished every process's files by
+      # now; process 0 writes the digest, and no process goes on before it is there.
+      if parallel.is_primary():
+        self._write_digest(step)
+      parallel.sync(f"checkpoint.digest.{step}")
     return bool(saved)
 
   def step_dir(self, step: int) -> str:
@@ -215,12 +221,14 @@ class Checkpointer:
     return None
 
   def _quarantine(self, step: int) -> None:
-    dest_root = self.directory + ".corrupt"
-    os.makedirs(dest_root, exist_ok=True)
-    n = 0
-    while os.path.exists(dest := os.path.join(dest_root, f"{step}.{n}")):
-      n += 1
-    shutil.move(self.step_dir(step), dest)
+    if parallel.is_primary():  # Multi-host: one process moves it, every process then re-reads.
+      dest_root = self.directory + ".corrupt"
+      os.makedirs(dest_root, exist_ok=True)
+      n = 0
+      while os.path.exists(dest := os.path.join(dest_root, f"{step}.{n}")):
+        n += 1
+      shutil.move(self.step_dir(step), dest)
+    parallel.sync(f"checkpoint.quarantine.{step}")
     self._manager.reload()
 
   def latest_step(self) -> int | None:
