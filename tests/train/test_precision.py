@@ -27,6 +27,7 @@ from rl_jax.train import experiment, phases
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.state import TrainState
 from rl_jax.types import Rollout, SFTBatch
+from padded_tokens import padded_tokens  # tests/padded_tokens.py
 
 CFG = models.ModelConfig(vocab_size=48, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
                          max_seq_len=16)
@@ -40,10 +41,7 @@ pytestmark = pytest.mark.usefixtures("fast_compiles")  # These tests compare pro
 
 
 def _padded(rng, length, left):
-  lengths = rng.integers(1, length + 1, R)
-  pos = np.arange(length)[None, :]
-  mask = pos >= (length - lengths)[:, None] if left else pos < lengths[:, None]
-  return np.where(mask, rng.integers(3, CFG.vocab_size, (R, length)), 0).astype(np.int32), mask
+  return padded_tokens(rng, R, length, CFG.vocab_size, left)
 
 
 @functools.cache

@@ -23,6 +23,7 @@ from rl_jax.train import rl_inputs
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.state import TrainState
 from rl_jax.types import Rollout
+from padded_tokens import padded_tokens  # tests/padded_tokens.py
 
 CFG = models.ModelConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32,
                          max_seq_len=16)
@@ -37,10 +38,7 @@ pytestmark = pytest.mark.usefixtures("fast_compiles")  # These tests compare pro
 
 
 def _padded(rng, length, left):
-  lengths = rng.integers(1, length + 1, R)
-  pos = np.arange(length)[None, :]
-  mask = pos >= (length - lengths)[:, None] if left else pos < lengths[:, None]
-  return np.where(mask, rng.integers(3, CFG.vocab_size, (R, length)), 0).astype(np.int32), mask
+  return padded_tokens(rng, R, length, CFG.vocab_size, left)
 
 
 @functools.cache
