@@ -193,6 +193,13 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
   n_prompt = np.asarray(prompt_mask).sum(-1)
   rows0 = np.repeat(np.arange(b), m)
   cache_size = p + (o.rounds + 1) * t_max
+  # Continuations write into slots after the first round's, so the cache has more slots than any
+  # sequence has positions (at most P + T). `max_seq_len` bounds positions (RoPE; no learned
+  # table), so the cache may exceed it as long as P + T does not.
+  if p + t_max > cfg.max_seq_len:
+    raise ValueError(f"prompt length {p} + max_new_tokens {t_max} exceeds "
+                     f"ModelConfig.max_seq_len={cfg.max_seq_len}")
+  cfg = dataclasses.replace(cfg, max_seq_len=max(cfg.max_seq_len, cache_size))
   out, cache = generate_with_cache(params, jnp.asarray(prompt), jnp.asarray(prompt_mask),
                                    jax.random.fold_in(rng, 0), cfg=cfg, strategy=strategy,
                                    max_new_tokens=t_max, eos_id=eos_id, pad_id=pad_id,

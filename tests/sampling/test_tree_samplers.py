@@ -1,5 +1,7 @@
 """LATR and EPTree samplers: fork == full forward, sampler logp == trainer logp, tree bookkeeping."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -238,3 +240,14 @@ def test_eptree_refork_of_a_prompt_fork_keeps_the_prompt(setup, seed):
   out = _eptree(setup, opts, t, seed=seed, eos_id=-1)
   assert (np.asarray(out.fork_pos) == 0).any()
   _assert_trainer_logp(setup, out, opts.leaves)
+
+
+def test_eptree_cache_may_exceed_max_seq_len_when_positions_fit(setup):
+  """P + (rounds + 1) x T cache slots > max_seq_len, P + T <= max_seq_len: runs, logp still equal."""
+  cfg, params, prompt, prompt_mask = setup
+  short = dataclasses.replace(cfg, max_seq_len=12)  # P = 4, T = 7: 11 positions, 18 slots.
+  opts = eptree.EPTreeOptions(num_chains=2, forks_per_round=1, rounds=1, branches=2)
+  out = _eptree((short, params, prompt, prompt_mask), opts, 7, seed=3, eos_id=-1)
+  _assert_trainer_logp(setup, out, opts.leaves)
+  with pytest.raises(ValueError, match="max_new_tokens 9 exceeds ModelConfig.max_seq_len=12"):
+    _eptree((short, params, prompt, prompt_mask), opts, 9, seed=3, eos_id=-1)
