@@ -156,3 +156,49 @@ def test_host_helpers_across_two_processes():
   assert [o["chunk"] for o in outs] == ["0 3", "3 5"]
   assert [o["gathered"] for o in outs] == ["[0, 10, 20, 30, 40]"] * 2
   assert [o["primary"] for o in outs] == ["True", "False"]
+
+
+GRAIN = """
+import sys
+import numpy as np
+from rl_jax import parallel
+parallel.initialize_distributed(sys.argv[1], 2, int(sys.argv[2]))
+from rl_jax.checkpoint import Checkpointer
+from rl_jax.data.grain_source import ProblemStream
+source = [{"index": i} for i in range(20)]
+stream = ProblemStream(source, 4, seed=3)
+with Checkpointer(sys.argv[3], save_every=1, data_iterator=stream.iterator) as ckpt:
+  first = [stream.next_indices() for _ in range(2)]
+  ckpt.maybe_save(2, {"w": np.zeros(2, np.float32)})
+  after = [stream.next_indices() for _ in range(3)]
+print("global", [b.tolist() for b in first + after])
+# A new stream restored from the checkpoint goes on where the saved one stopped.
+stream2 = ProblemStream(source, 4, seed=3)
+with Checkpointer(sys.argv[3], save_every=1, data_iterator=stream2.iterator) as ckpt:
+  ckpt.restore(2, {"w": np.zeros(2, np.float32)})
+  print("resumed", [stream2.next_indices().tolist() for _ in range(3)])
+print("local", stream2.next_local_indices().tolist())
+"""
+
+
+def test_grain_stream_across_two_processes(tmp_path):
+  """config.data.source='grain' under 2 processes: each process reads its own shard, every
+  process gets the same global batch (the parts in process order), and the iterator's state is
+  checkpointed by both processes together and restored."""
+  address = f"127.0.0.1:{_free_port()}"
+  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
+             XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  procs = [subprocess.Popen([sys.executable, "-c", GRAIN, address, str(i), str(tmp_path / "ck")],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True) for i in range(2)]
+  outs = [{line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in out.splitlines()
+           if line.split(" ", 1)[0] in ("global", "resumed", "local")} for out in _finish(procs)]
+  assert outs[0]["global"] == outs[1]["global"]
+  batches = np.asarray(outs[0]["global"])  # [5 steps, 4]
+  # Process p's half of every batch comes from its shard (records 10p .. 10p + 9).
+  assert (batches[:, :2] < 10).all() and (batches[:, 2:] >= 10).all()
+  # Within an epoch (5 batches of 2 per process = 10 records) a shard is read once.
+  assert sorted(batches[:, :2].ravel().tolist()) == list(range(10))
+  assert [o["resumed"] for o in outs] == [outs[0]["global"][2:]] * 2
+  assert all(i < 10 for i in outs[0]["local"]) and all(i >= 10 for i in outs[1]["local"])
+  assert len(outs[0]["local"]) == len(outs[1]["local"]) == 2

@@ -3,7 +3,9 @@
 `ProblemStream` is a `grain.DataLoader` over a random-access source (a `tfds_builders` split):
 an `IndexSampler` shuffles the records every epoch (seeded), shards them by JAX process
 (`ShardByJaxProcess`: each process reads its own 1/num_processes of every epoch) and repeats
-forever; each batch is the `index` field of `batch_size / num_processes` records. The loop looks
+forever; each process reads the `index` field of `batch_size / num_processes` records of its own
+shard, and `next_indices` all-gathers them into the global batch (process 0's part first), since
+the loop builds the global batch on every process and places each process's rows. The loop looks
 the indices up in the task's encoded arrays (`Experiment.train_prompts`), which are tokenized once
 at build time because the tokenizer is trained on the whole train set.
 
@@ -19,6 +21,8 @@ from typing import Any
 import grain
 import jax
 import numpy as np
+
+from rl_jax import parallel
 
 
 class _Index(grain.transforms.Map):
@@ -54,6 +58,7 @@ class ProblemStream:
     if batch_size <= 0 or batch_size % processes:
       raise ValueError(f"batch_size={batch_size} must be a positive multiple of the number of "
                        f"JAX processes ({processes})")
+    self.batch_size = batch_size
     per_process = batch_size // processes
     if per_process > len(source) // processes:
       raise ValueError(f"batch_size={batch_size} is larger than the {len(source)} records of "
@@ -71,6 +76,13 @@ class ProblemStream:
         operations=[_Index(), grain.transforms.Batch(per_process, drop_remainder=True)])
     self.iterator = iter(self.loader)
 
-  def next_indices(self) -> np.ndarray:
-    """The next batch: int64 [batch_size / num_processes] record indices."""
+  def next_local_indices(self) -> np.ndarray:
+    """This process's part of the next batch: int64 [batch_size / num_processes] record indices
+    from its own shard."""
     return np.asarray(next(self.iterator), np.int64)
+
+  def next_indices(self) -> np.ndarray:
+    """The next global batch: int64 [batch_size] record indices, the processes' parts in process
+    order (every process gets the same array; one all-gather of the indices when there are
+    several processes)."""
+    return parallel.gather_chunks(self.next_local_indices(), self.batch_size)

@@ -165,7 +165,12 @@ def tfds_train_source(config: ml_collections.ConfigDict, workdir: str, task) -> 
   tc = config.task
   spec = tfds_builders.task_spec(tc.name, tc.options.to_dict(), task_seed(config), tc.train_size,
                                  tc.eval_size, tc.answer_extraction)
-  source = tfds_builders.prepare_task(spec, data_dir(config, workdir), task=task)["train"]
+  # Multi-host: process 0 writes the dataset (first run), the others then open its files.
+  if parallel.is_primary():
+    source = tfds_builders.prepare_task(spec, data_dir(config, workdir), task=task)["train"]
+  parallel.sync("experiment.tfds")
+  if not parallel.is_primary():
+    source = tfds_builders.prepare_task(spec, data_dir(config, workdir), task=task)["train"]
   if len(source) != len(task.train):
     raise ValueError(f"the TFDS dataset {spec.name} under {data_dir(config, workdir)} holds "
                      f"{len(source)} train problems, the task {len(task.train)}; delete that "

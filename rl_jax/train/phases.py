@@ -197,12 +197,6 @@ def problem_stream(exp: Experiment, phase: str, batch_size: int):
   """The phase's grain `ProblemStream` over the TFDS train split, or None (data.source='memory')."""
   if exp.train_source is None:
     return None
-  if jax.process_count() > 1:
-    # The multi-host loop builds the global batch on every process and places each process's
-    # rows (parallel.put_global), while the grain stream gives each process its own shard.
-    raise NotImplementedError(
-        "config.data.source='grain' under several JAX processes is not supported yet (every "
-        "process builds the global batch); use config.data.source='memory' for multi-host runs")
   from rl_jax.data import grain_source  # pylint: disable=import-outside-toplevel
   return grain_source.ProblemStream(
       exp.train_source, batch_size, seed=grain_source.sampler_seed(exp.config.seed,
