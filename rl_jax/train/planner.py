@@ -107,24 +107,25 @@ def check_config(config) -> None:
                      f"got {rl.max_group_size} and {rl.rows}")
   if not is_ragged(config):
     if rl.rows:
-      raise ValueError(f"config.rl.rows={rl.rows} needs the ragged layout "
-                       "(config.rl.max_group_size > 0)")
+      raise ValueError(f"config.rl.rows={rl.rows} needs the ragged layout; expected "
+                       "config.rl.rows=0 or config.rl.max_group_size > 0")
     if rl.allocator != "uniform":
-      raise ValueError(f"config.rl.allocator={rl.allocator!r} gives prompts different row counts: "
-                       "set config.rl.max_group_size (G_max) > 0 for the ragged layout")
+      raise ValueError(f"config.rl.allocator={rl.allocator!r} gives prompts different row counts; "
+                       "expected config.rl.max_group_size (G_max) > 0 (the ragged layout)")
     return
   if rl.rollout != "iid":
-    raise ValueError(f"the ragged layout (config.rl.max_group_size > 0) supports rollout='iid' "
-                     f"only, got {rl.rollout!r}")
+    raise ValueError(f"config.rl.rollout={rl.rollout!r} with the ragged layout "
+                     "(config.rl.max_group_size > 0); expected rollout='iid'")
   if rl.max_group_size < rl.group_size:
     raise ValueError(f"config.rl.max_group_size={rl.max_group_size} is below "
-                     f"config.rl.group_size={rl.group_size}")
+                     f"config.rl.group_size={rl.group_size}; expected 0 or >= group_size")
   r = batch_rows(config)
   if r < rl.prompts_per_step:
-    raise ValueError(f"config.rl.rows={r} is below prompts_per_step={rl.prompts_per_step}")
+    raise ValueError(f"config.rl.rows={r} is below prompts_per_step={rl.prompts_per_step}; "
+                     "expected at least one row per prompt")
   if r % rl.num_minibatches:
     raise ValueError(f"config.rl.rows={r} is not a multiple of num_minibatches="
-                     f"{rl.num_minibatches}")
+                     f"{rl.num_minibatches}; expected a multiple")
 
 
 def layout(counts: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -141,7 +141,7 @@ def test_ragged_advantages_equal_dense_groups():
 
 
 @pytest.mark.parametrize("field,value,match", [
-    ("rows", 8, "needs the ragged layout"),
+    ("rows", 8, "rows=8 needs the ragged layout; expected"),
     ("allocator", "knapsack", "max_group_size"),
     ("max_group_size", 2, "below config.rl.group_size"),
     ("round_rules", ("nope",), "unknown round rule 'nope'"),
