@@ -149,8 +149,8 @@ def base() -> ml_collections.ConfigDict:
   # (experiments/train_value.py writes one; '' = random). Calibration at each RL evaluation: calib_prompts
   # held-out prompts x calib_samples samples at the rollout temperature (0 = off).
   c.value = ml_collections.ConfigDict(dict(v0=ml_collections.ConfigDict(dict(
-      enabled=False, backbone="", init="", num_queries=32, query_dim=6, num_heads=3, mlp_hidden=64,
-      dropout=0.0, head="kernel", head_dim=32, support_size=256, episode_queries=8,
+      enabled=False, backbone="", init="", num_queries=32, query_dim=6, num_heads=3,
+      mlp_hidden=64, dropout=0.0, head="kernel", head_dim=32, support_size=256, episode_queries=8,
       episodes_per_step=4, alpha=0.25, train_every=5, train_steps=20, train_window=10,
       min_attempts=1, sigma0_sq=0.01, estimate_sigma0=True,
       optim=optim(1e-3, weight_decay=0.01),

@@ -75,7 +75,7 @@ def train_step(cfg: v0_lib.V0Config, tx, params, opt_state, h, mask, batch, key,
   (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
   updates, opt_state = tx.update(grads, opt_state, params)
   params = optax.apply_updates(params, updates)
-  return params, opt_state, dict(parts, loss=loss, grad_norm=optax.global_norm(grads))
+  return params, opt_state, dict(parts, loss=loss, grad_norm=optax.tree.norm(grads))
 
 
 def fit(cfg, tx, params, opt_state, table: ep.RateTable, hidden: Callable, rng, *, steps: int,
