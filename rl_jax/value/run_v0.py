@@ -1,11 +1,15 @@
 """V0 in an RL run (`config.value.v0.enabled`): the prior, its checkpoints, its calibration.
 
-    hook = RunV0.build(exp)                      # None when config.value.v0.enabled is False
-    hook.restore(start_step)                     # a resumed RL phase: V0 as it was at that step
-    p0, sigma0_sq = hook.prior.predict(params, prompt_ids)    # prior for V0.5 / allocators
+    hook = RunV0.build(exp)                      # None when V0 is not used (`wanted`)
+    hook.load_meta(checkpoint_meta)              # a resumed RL phase: V0 as it was at that step
+    p0, sigma0_sq = hook.prior.predict(params, prompt_ids)    # the `v0` prior (value.priors)
     hook.after_step(history, params, step)       # support refresh + periodic training; metrics
-    hook.maybe_save(step + 1, force=...)         # with the RL checkpoint (before it)
+    {**hook.meta()}                              # into every RL checkpoint's meta
     metrics = hook.calibrate(params, step + 1)   # at every RL evaluation
+
+V0 is built when `config.value.v0.enabled` is set or a prior setting names 'v0'
+(`config.rl.v05.prior`, `config.rl.allocator_prior`). The run's instance is kept on the
+`Experiment` (`of_experiment`), where the `v0` entry of the prior registry finds it.
 
 Prompt ids: 0 .. N-1 are the task's train problems (as in the rollout history); the held-out
 problem j is id N + j, so V0 can be asked about held-out prompts with a support set of train
@@ -20,7 +24,7 @@ evaluation, checkpointed with V0).
 
 from __future__ import annotations
 
-import os
+import base64
 import time
 from typing import Optional
 
@@ -28,12 +32,28 @@ import jax
 import numpy as np
 
 from rl_jax import models, parallel, sampling
-from rl_jax.checkpoint import Checkpointer
 from rl_jax.value import calibration, features
 from rl_jax.value import v0 as v0_lib
 from rl_jax.value.prior import V0Prior
 
 CALIB_TAG = 16  # random stream of the calibration samples
+_ATTR = "_value_v0"  # where the run's RunV0 is kept on its Experiment
+
+
+def wanted(config) -> bool:
+  """V0 runs when enabled or named as a prior (`rl.v05.prior`, `rl.allocator_prior`)."""
+  rl = config.rl
+  named = [rl.get("allocator_prior", ""), rl.v05.get("prior", "") if "v05" in rl else ""]
+  return bool(config.value.v0.enabled) or "v0" in named
+
+
+def of_experiment(exp) -> "RunV0":
+  """The run's V0 (the `v0` prior); ValueError when the run has none."""
+  run = RunV0.build(exp)
+  if run is None:
+    raise ValueError("the 'v0' prior needs V0 in the run: set config.value.v0.enabled=True or "
+                     "name 'v0' in config.rl.v05.prior / config.rl.allocator_prior")
+  return run
 
 
 def hidden_source(exp, vcfg):
@@ -55,16 +75,17 @@ class RunV0:
     self.vcfg = exp.config.value.v0
     self.num_train = len(exp.train_prompts)
     self.past_rates: dict = {}  # held-out id -> rate at the previous calibration
-    c = exp.config.checkpoint
-    self.ckpt = Checkpointer(os.path.join(exp.workdir, "checkpoints", "v0"), save_every=c.every,
-                             max_to_keep=c.max_to_keep)
 
   @classmethod
   def build(cls, exp) -> Optional["RunV0"]:
-    vcfg = exp.config.value.v0
-    if not vcfg.enabled:
+    """The run's V0 (kept on `exp`), or None when it is not wanted."""
+    if not wanted(exp.config):
       return None
-    return cls(exp, V0Prior(vcfg, hidden_source(exp, vcfg), seed=exp.config.seed))
+    if _ATTR not in exp.__dict__:
+      vcfg = exp.config.value.v0
+      exp.__dict__[_ATTR] = cls(exp, V0Prior(vcfg, hidden_source(exp, vcfg),
+                                             seed=exp.config.seed))
+    return exp.__dict__[_ATTR]
 
   def heldout_ids(self, j) -> np.ndarray:
     return self.num_train + np.asarray(j, np.int64)
@@ -72,23 +93,31 @@ class RunV0:
   def after_step(self, history, params, step: int) -> dict:
     return self.prior.update(history, models.cast_params(self.exp.model_cfg, params), step)
 
-  # --- checkpoints (saved before the RL state's, so V0 at the RL phase's resume step exists) --
-  def maybe_save(self, step: int, force: bool = False) -> None:
+  # --- checkpoints: V0's state rides in the RL checkpoint's JSON meta (atomic with it) ---------
+  def meta(self) -> dict:
+    """{'v0': ...}: V0's arrays (params, optimizer state) as base64 float32/int bytes, sigma0^2,
+    support set and the calibration's past rates; exact on `load_meta`."""
     arrays, meta = self.prior.state()
-    meta = dict(meta, past_rates={str(k): v for k, v in self.past_rates.items()})
-    self.ckpt.maybe_save(step, arrays, meta, force=force)
+    leaves = jax.tree_util.tree_leaves(arrays)
+    packed = [{"dtype": str(np.asarray(x).dtype), "shape": list(np.shape(x)),
+               "data": base64.b64encode(np.ascontiguousarray(np.asarray(x)).tobytes()).decode()}
+              for x in leaves]
+    return {"v0": dict(meta, arrays=packed,
+                       past_rates={str(k): v for k, v in self.past_rates.items()})}
 
-  def restore(self, step: int) -> None:
-    """V0's state at RL step `step` (the step the RL phase resumed from; 0: nothing to do)."""
-    if step == 0:
+  def load_meta(self, meta: dict) -> None:
+    """Restores `meta()`'s state (a resumed RL phase); nothing when the meta has no 'v0'."""
+    if "v0" not in meta:
       return
-    target = self.prior.abstract_state()
-    arrays, meta = self.ckpt.restore(step, target)
-    self.prior.load_state(arrays, meta)
-    self.past_rates = {int(k): float(v) for k, v in meta.get("past_rates", {}).items()}
-
-  def close(self) -> None:
-    self.ckpt.close()
+    m = meta["v0"]
+    treedef = jax.tree_util.tree_structure(self.prior.abstract_state())
+    if treedef.num_leaves != len(m["arrays"]):
+      raise ValueError(f"the checkpoint's V0 state has {len(m['arrays'])} arrays, "
+                       f"config.value.v0 builds {treedef.num_leaves}; was the V0 config changed?")
+    leaves = [np.frombuffer(base64.b64decode(a["data"]), np.dtype(a["dtype"])).reshape(a["shape"])
+              for a in m["arrays"]]
+    self.prior.load_state(jax.tree_util.tree_unflatten(treedef, leaves), m)
+    self.past_rates = {int(k): float(v) for k, v in m.get("past_rates", {}).items()}
 
   # --- calibration ------------------------------------------------------------------------------
   def measure_heldout(self, params, step: int) -> tuple[np.ndarray, np.ndarray, dict]:
