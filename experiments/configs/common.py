@@ -98,6 +98,30 @@ def base() -> ml_collections.ConfigDict:
       overlong_penalty_factor=1.0,
       # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' (ALGORITHMS.md §3).
       rollout="iid",
+      # Planner (rl_jax/train/planner.py). max_group_size G_max > 0 turns on ragged groups: the
+      # batch is `rows` R_max rows (0 = prompts_per_step * group_size), prompt b gets n_b <= G_max
+      # of them from `allocator` (rl_jax.rl.allocation; 'uniform' = group_size each) with
+      # `allocator_options`; allocator_prior: a prior (rl_jax.value.priors) whose p_hat /
+      # sigma0_sq the allocator sees ('' = none). round_rules: extra round rules
+      # (rl_jax/train/round_rules.py) besides those dynamic_sampling and advantage='v05' add.
+      rows=0, max_group_size=0, allocator="uniform",
+      allocator_options=ml_collections.ConfigDict(), allocator_prior="", round_rules=(),
+      # Rollout history (rl_jax/value/history.py): a rollout succeeds when its first reward
+      # component exceeds success_threshold.
+      success_threshold=0.5,
+      # V0.5 (rl_jax/value/v05.py, ALGORITHMS.md §4.2, reconstructed [R]): advantage='v05'.
+      # prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0'); n0 = group_size
+      # rollouts first; the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial'
+      # exact tail) at level alpha; rejected prompts get their group doubled up to n_max rows
+      # (extra rounds, within max_gen_rounds and the batch's rows); fusion 'variance' (w =
+      # Var/(Var+sigma0_sq)) or 'beta' (pseudo-count κ = p0(1-p0)/sigma0_sq - 1); sigma0_sq > 0
+      # overrides the prior's own error variance; scale_by_std: A = (r - b)/std as GRPO.
+      # prior_window: history steps the simple priors read (0 = all); prior_pseudo_count: the
+      # 'history' prior's shrinkage κ.
+      v05=ml_collections.ConfigDict(dict(
+          prior="global_mean", n_max=16, alpha=0.05, test="z", p0_clip=(0.02, 0.98),
+          fusion="variance", sigma0_sq=0.0, scale_by_std=False, std_eps=1e-6,
+          prior_window=0, prior_pseudo_count=2.0)),
       # LATR (rl_jax/sampling/latr.py); defaults of the reference's math scripts. A threshold
       # < 0 disables that pruning criterion. mix_schedule: ((start_step, η), ...), η = the
       # fraction of each group that comes from the tree.
