@@ -67,9 +67,12 @@ def ece(p, r, bins: int = 10) -> float:
 
 
 def metrics(p, r, prefix: str) -> dict:
-  """{prefix/brier, prefix/auroc, prefix/ece}."""
-  return {f"{prefix}/brier": brier(p, r), f"{prefix}/auroc": auroc(p, r),
-          f"{prefix}/ece": ece(p, r)}
+  """{prefix/brier, prefix/auroc, prefix/ece}; no auroc where it is undefined (one class)."""
+  out = {f"{prefix}/brier": brier(p, r), f"{prefix}/auroc": auroc(p, r),
+         f"{prefix}/ece": ece(p, r)}
+  if np.isnan(out[f"{prefix}/auroc"]):
+    del out[f"{prefix}/auroc"]
+  return out
 
 
 def logistic_regression(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0,

@@ -76,13 +76,13 @@ class V0Prior:
     return lambda ids: self.hidden(policy_params, ids)
 
   def predict(self, policy_params, prompt_ids) -> tuple[np.ndarray, np.ndarray]:
-    """(p0 [B], sigma0_sq [B]) for `prompt_ids` under the policy `policy_params`."""
+    """(p0 [B], sigma0_sq [B]) (float64) for `prompt_ids` under the policy `policy_params`."""
     ids = np.asarray(prompt_ids, np.int64).reshape(-1)
     if not self.ready:
-      return np.full(len(ids), 0.5, np.float32), np.full(len(ids), NO_INFO_SIGMA0_SQ, np.float32)
+      return np.full(len(ids), 0.5), np.full(len(ids), NO_INFO_SIGMA0_SQ)
     p = v0_train.predict_ids(self.cfg, self.params, self._hidden_of(policy_params),
                              self.support_ids, self.support_y, ids)
-    return p.astype(np.float32), np.full(len(ids), self.sigma0_sq, np.float32)
+    return p.astype(np.float64), np.full(len(ids), self.sigma0_sq)
 
   def update(self, history: RolloutHistory, policy_params, step: int) -> dict:
     """After RL step `step`: refresh the support set; train every `train_every` steps.

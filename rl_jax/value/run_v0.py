@@ -119,6 +119,16 @@ class RunV0:
     self.prior.load_state(jax.tree_util.tree_unflatten(treedef, leaves), m)
     self.past_rates = {int(k): float(v) for k, v in m.get("past_rates", {}).items()}
 
+  def wrap_eval(self, eval_fn):
+    """`eval_fn(params, step)` with the calibration metrics added (or calibration alone)."""
+
+    def with_calibration(params, step):
+      out = dict(eval_fn(params, step)) if eval_fn is not None else {}
+      out.update(self.calibrate(params, step))
+      return out
+
+    return with_calibration
+
   # --- calibration ------------------------------------------------------------------------------
   def measure_heldout(self, params, step: int) -> tuple[np.ndarray, np.ndarray, dict]:
     """(held-out indices, success rates [n] over calib_samples samples, cost metrics)."""
