@@ -7,6 +7,7 @@ import dataclasses
 import ml_collections
 
 from rl_jax import models
+from rl_jax.rl import allocation as allocation_lib
 
 
 def model(preset: str) -> ml_collections.ConfigDict:
@@ -21,6 +22,27 @@ def model(preset: str) -> ml_collections.ConfigDict:
             if f.default is not dataclasses.MISSING}
   fields.update(vocab_size=0, **models.PRESETS[preset])
   fields.update(path="")
+  return ml_collections.ConfigDict(fields)
+
+
+def allocation() -> ml_collections.ConfigDict:
+  """Budget allocation across prompts (`config.rl.allocator`; rl_jax/rl/allocation).
+
+  rows_per_step: the rollout budget R per step (0 = prompts_per_step x group_size, GRPO's).
+  min_n, max_n: rows per prompt in the batch (max_n 0 = group_size).
+  probe: two-stage allocation within the step: `probe` rows per prompt first, then the rest of
+    the budget by the allocator with the probe's outcomes added to the prompt's history (0 = the
+    allocator sees the history only). min_n must equal probe when probe > 0.
+  history_steps: the allocator sees the history of the last `history_steps` steps (0 = all).
+  candidates: prompts drawn per step for data-selection allocators (vade, insight), of which
+    prompts_per_step enter the batch (0 = 4 x prompts_per_step).
+  One sub-dict per allocator holds its options (defaults = the dataclass fields).
+  """
+  fields = dict(rows_per_step=0, min_n=1, max_n=0, probe=0, history_steps=0, candidates=0)
+  for name in allocation_lib.ALLOCATORS.names():
+    cls = allocation_lib.ALLOCATORS.get(name)
+    fields[name] = ml_collections.ConfigDict(
+        {f.name: f.default for f in dataclasses.fields(cls)})
   return ml_collections.ConfigDict(fields)
 
 
@@ -98,6 +120,12 @@ def base() -> ml_collections.ConfigDict:
       overlong_penalty_factor=1.0,
       # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' (ALGORITHMS.md §3).
       rollout="iid",
+      # Rows per prompt by a registered allocator (ALGORITHMS.md §6; 'uniform' = group_size
+      # each, today's behaviour) and its budget and options (`allocation()` above).
+      allocator="uniform", allocation=allocation(),
+      # RL draws its prompts from the first prompt_pool train problems only (0 = all), so that
+      # prompts repeat and per-prompt history builds up; the SFT phase is unaffected.
+      prompt_pool=0,
       # LATR (rl_jax/sampling/latr.py); defaults of the reference's math scripts. A threshold
       # < 0 disables that pruning criterion. mix_schedule: ((start_step, η), ...), η = the
       # fraction of each group that comes from the tree.

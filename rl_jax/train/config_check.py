@@ -137,7 +137,10 @@ def check(config: ml_collections.ConfigDict) -> None:
   rl = _get(config, "rl")
   if rl is not _MISSING and "rewards" in rl:
     from rl_jax.train import rollouts  # pylint: disable=g-import-not-at-top (a cycle otherwise)
+    from rl_jax.train import allocate  # pylint: disable=g-import-not-at-top
     try:
       rollouts.check_config(config)
+      if "allocator" in rl:
+        allocate.check_config(config)
     except ValueError as e:
       raise ConfigError(str(e)) from e

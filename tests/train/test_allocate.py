@@ -1,0 +1,71 @@
+"""Allocation glue: config checks, history -> statistics, per-step allocation metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experiments.configs import ladder
+from rl_jax.train import allocate, config_check
+from rl_jax.value.history import RolloutHistory
+
+
+def _config(**rl):
+  """The ladder smoke config with `config.rl.<dotted key> = value` overrides."""
+  c = ladder.get_config("smoke")
+  for key, value in rl.items():
+    *parents, leaf = key.split(".")
+    node = c.rl
+    for part in parents:
+      node = node[part]
+    node[leaf] = value
+  return c
+
+
+def test_default_is_uniform_and_checks():
+  c = _config()
+  config_check.check(c)
+  assert c.rl.allocator == "uniform"
+  budget = allocate.budget_from_config(c)
+  assert (budget.total, budget.num_prompts) == (16, 4)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"allocator": "bogus"}, r"config.rl.allocator='bogus'; expected one of"),
+    ({"allocator": "dars", "allocation.rows_per_step": 3, "allocation.min_n": 1},
+     r"rollout budget 3 is smaller than 4 prompts x min_n=1"),
+    ({"allocator": "knapsack", "allocation.probe": 2, "allocation.min_n": 1},
+     r"probe=2 needs min_n == probe"),
+    ({"allocator": "vade", "allocation.probe": 1, "allocation.min_n": 1},
+     r"not supported with the data-selection allocator 'vade'"),
+    ({"allocator": "knapsack", "rollout": "eptree"}, r"needs ragged groups"),
+    ({"allocator": "xrpo", "allocation.xrpo.form": "nope"}, r"xrpo form='nope'"),
+    ({"prompt_pool": -1}, r"config.rl.prompt_pool=-1"),
+])
+def test_config_errors_name_the_field(overrides, match):
+  with pytest.raises(config_check.ConfigError, match=match):
+    config_check.check(_config(**overrides))
+
+
+def test_prompt_stats_window_and_probe():
+  h = RolloutHistory()
+  h.record(0, [1, 2], [4, 4], [1, 4])
+  h.record(3, [1], [4], [3])
+  s = allocate.prompt_stats(h, [1, 2, 9], step=4, history_steps=2,
+                            probe_attempts=[2, 2, 2], probe_successes=[0, 1, 2])
+  assert s.attempts.tolist() == [6, 2, 2] and s.successes.tolist() == [3, 1, 2]
+  s = allocate.prompt_stats(h, [1, 2], step=3)  # all earlier steps, not step 3 itself
+  assert s.attempts.tolist() == [4, 4] and s.successes.tolist() == [1, 4]
+
+
+def test_allocation_metrics():
+  groups = [np.array([1.0, 0, 0, 1]), np.array([0.0, 0]), np.array([1.0] * 10),
+            np.array([1.0, 0])]
+  m = allocate.allocation_metrics([4, 2, 10, 2], groups)
+  assert (m["alloc/n_min"], m["alloc/n_max"]) == (2, 10)
+  assert m["alloc/groups_n2"] == 2 and m["alloc/groups_n3_4"] == 1
+  assert m["alloc/groups_n9_16"] == 1
+  assert m["alloc/zero_var_share"] == pytest.approx(12 / 18)
+  assert m["alloc/informative_groups"] == 2
+  # squared-deviation masses 1.0 and 0.5: (1.5)^2 / (1 + 0.25) = 1.8
+  assert m["alloc/effective_groups"] == pytest.approx(1.8)
