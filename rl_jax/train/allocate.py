@@ -130,3 +130,50 @@ def allocation_metrics(counts, group_rewards: list[np.ndarray]) -> dict:
   out["alloc/effective_groups"] = float(dev.sum() ** 2 / max(np.sum(dev ** 2), 1e-30)
                                         if dev.sum() > 0 else 0.0)
   return out
+
+
+class StepAllocator:
+  """Drives one allocator through an RL run: which prompts, how many rows, in one or two rounds.
+
+  Per step: `first(step, candidates, history, rng)` -> (prompt ids [B], rows [B]) of round 0;
+  with `probe` > 0 these are `probe` rows for each of the first B candidates, and
+  `second(step, ids, attempts, successes, history, rng)` -> extra rows [B] (Σ = budget − B·probe)
+  from the allocator run on history + probe outcomes; without a probe `second` is not called.
+  After the step's rewards are known, `observe(step, ids, attempts, successes)` updates the
+  allocator's state (VADE's posteriors). `state` is JSON-ready: checkpoint it with the run and
+  pass it back to the constructor, and a resumed run allocates exactly as an uninterrupted one
+  (with the same history and the same per-step rng).
+  """
+
+  def __init__(self, config, state: dict | None = None):
+    self.allocator = allocator_from_config(config)
+    self.budget = budget_from_config(config)
+    self.probe = config.rl.allocation.probe
+    self.history_steps = config.rl.allocation.history_steps
+    self.num_candidates = num_candidates(config, self.allocator)
+    self.state = self.allocator.init_state() if state is None else state
+
+  def _stats(self, history, ids, step, att=None, suc=None):
+    return prompt_stats(history, ids, step, self.history_steps, att, suc)
+
+  def first(self, step: int, candidates, history: RolloutHistory,
+            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    cand = np.asarray(candidates, np.int64)
+    if len(cand) != self.num_candidates:
+      raise ValueError(f"expected {self.num_candidates} candidate prompts, got {len(cand)}")
+    b = self.budget.num_prompts
+    if self.probe:
+      return cand[:b], np.full(b, self.probe, np.int64)
+    out = alloc_lib.run(self.allocator, self._stats(history, cand, step), self.budget,
+                        self.state, rng)
+    return cand[out.selected], out.counts[out.selected]
+
+  def second(self, step: int, ids, attempts, successes, history: RolloutHistory,
+             rng: np.random.Generator) -> np.ndarray:
+    """Extra rows [B] after the probe round (`probe` > 0 only)."""
+    stats = self._stats(history, ids, step, attempts, successes)
+    out = alloc_lib.run(self.allocator, stats, self.budget, self.state, rng)
+    return out.counts - self.probe
+
+  def observe(self, step: int, ids, attempts, successes) -> None:
+    self.state = self.allocator.observe(self.state, ids, attempts, successes, step)
