@@ -132,29 +132,44 @@ def allocation_metrics(counts, group_rewards: list[np.ndarray]) -> dict:
   return out
 
 
-class StepAllocator:
-  """Drives one allocator through an RL run: which prompts, how many rows, in one or two rounds.
+def replay(allocator: alloc_lib.Allocator, history: RolloutHistory, before_step: int) -> dict:
+  """The allocator's state after observing every step < `before_step` of the history, in step
+  order (each step's rows of a prompt summed over its rounds). A stateful allocator's state is
+  thus a function of the checkpointed history: a resumed run has the same state."""
+  state = allocator.init_state()
+  if type(allocator).observe is alloc_lib.Allocator.observe:  # Stateless.
+    return state
+  rec = history.records()
+  rec = rec[rec["step"] < before_step]
+  for step in np.unique(rec["step"]):
+    ids = np.unique(rec["prompt_id"][rec["step"] == step])
+    att, suc = history.stats(ids, since_step=int(step), before_step=int(step) + 1)
+    state = allocator.observe(state, ids, att, suc, int(step))
+  return state
 
-  Per step: `first(step, candidates, history, rng)` -> (prompt ids [B], rows [B]) of round 0;
-  with `probe` > 0 these are `probe` rows for each of the first B candidates, and
-  `second(step, ids, attempts, successes, history, rng)` -> extra rows [B] (Σ = budget − B·probe)
-  from the allocator run on history + probe outcomes; without a probe `second` is not called.
-  After the step's rewards are known, `observe(step, ids, attempts, successes)` updates the
-  allocator's state (VADE's posteriors). `state` is JSON-ready: checkpoint it with the run and
-  pass it back to the constructor, and a resumed run allocates exactly as an uninterrupted one
-  (with the same history and the same per-step rng).
+
+class StepAllocator:
+  """Drives one allocator through an RL step: which prompts, how many rows, in one or two rounds.
+
+  `first(step, candidates, history, rng)` -> (prompt ids [B], rows [B]) of round 0; with
+  `probe` > 0 these are `probe` rows for each of the first B candidates, and
+  `second(step, ids, history, rng)` -> extra rows [B] (Σ = budget − B·probe) from the allocator
+  run on the history including the probe round (recorded at `step`). The allocator's state
+  (VADE's posteriors) is `replay`ed from the history, so the checkpointed history is all a
+  resumed run needs to allocate exactly as an uninterrupted one (with the same per-step rng).
   """
 
-  def __init__(self, config, state: dict | None = None):
+  def __init__(self, config):
     self.allocator = allocator_from_config(config)
     self.budget = budget_from_config(config)
     self.probe = config.rl.allocation.probe
     self.history_steps = config.rl.allocation.history_steps
     self.num_candidates = num_candidates(config, self.allocator)
-    self.state = self.allocator.init_state() if state is None else state
 
-  def _stats(self, history, ids, step, att=None, suc=None):
-    return prompt_stats(history, ids, step, self.history_steps, att, suc)
+  def _run(self, history, ids, step, upto):
+    stats = prompt_stats(history, ids, upto, self.history_steps)
+    stats = alloc_lib.PromptStats(stats.prompt_ids, stats.attempts, stats.successes, None, step)
+    return stats, replay(self.allocator, history, step)
 
   def first(self, step: int, candidates, history: RolloutHistory,
             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -164,16 +179,14 @@ class StepAllocator:
     b = self.budget.num_prompts
     if self.probe:
       return cand[:b], np.full(b, self.probe, np.int64)
-    out = alloc_lib.run(self.allocator, self._stats(history, cand, step), self.budget,
-                        self.state, rng)
+    stats, state = self._run(history, cand, step, step)
+    out = alloc_lib.run(self.allocator, stats, self.budget, state, rng)
     return cand[out.selected], out.counts[out.selected]
 
-  def second(self, step: int, ids, attempts, successes, history: RolloutHistory,
+  def second(self, step: int, ids, history: RolloutHistory,
              rng: np.random.Generator) -> np.ndarray:
-    """Extra rows [B] after the probe round (`probe` > 0 only)."""
-    stats = self._stats(history, ids, step, attempts, successes)
-    out = alloc_lib.run(self.allocator, stats, self.budget, self.state, rng)
+    """Extra rows [B] after the probe round (`probe` > 0 only); the history holds the probe's
+    outcomes at `step`."""
+    stats, state = self._run(history, ids, step, step + 1)
+    out = alloc_lib.run(self.allocator, stats, self.budget, state, rng)
     return out.counts - self.probe
-
-  def observe(self, step: int, ids, attempts, successes) -> None:
-    self.state = self.allocator.observe(self.state, ids, attempts, successes, step)
