@@ -28,8 +28,8 @@ def model(preset: str) -> ml_collections.ConfigDict:
 def allocation() -> ml_collections.ConfigDict:
   """Budget allocation across prompts (`config.rl.allocator`; rl_jax/rl/allocation).
 
-  rows_per_step: the rollout budget R per step (0 = prompts_per_step x group_size, GRPO's).
-  min_n, max_n: rows per prompt in the batch (max_n 0 = group_size).
+  The budget is prompts_per_step x group_size rows per step (group_size = the mean rows per
+  prompt); a prompt gets between min_n and max_group_size rows (group_size when that is 0).
   probe: two-stage allocation within the step: `probe` rows per prompt first, then the rest of
     the budget by the allocator with the probe's outcomes added to the prompt's history (0 = the
     allocator sees the history only). min_n must equal probe when probe > 0.
@@ -38,7 +38,7 @@ def allocation() -> ml_collections.ConfigDict:
     prompts_per_step enter the batch (0 = 4 x prompts_per_step).
   One sub-dict per allocator holds its options (defaults = the dataclass fields).
   """
-  fields = dict(rows_per_step=0, min_n=1, max_n=0, probe=0, history_steps=0, candidates=0)
+  fields = dict(min_n=1, probe=0, history_steps=0, candidates=0)
   for name in allocation_lib.ALLOCATORS.names():
     cls = allocation_lib.ALLOCATORS.get(name)
     fields[name] = ml_collections.ConfigDict(
@@ -120,12 +120,35 @@ def base() -> ml_collections.ConfigDict:
       overlong_penalty_factor=1.0,
       # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' (ALGORITHMS.md §3).
       rollout="iid",
-      # Rows per prompt by a registered allocator (ALGORITHMS.md §6; 'uniform' = group_size
-      # each, today's behaviour) and its budget and options (`allocation()` above).
-      allocator="uniform", allocation=allocation(),
+      # Planner (rl_jax/train/planner.py). max_group_size G_max > 0 turns on ragged groups: the
+      # batch is `rows` R_max rows (0 = prompts_per_step * group_size), prompt b gets n_b <= G_max
+      # of them from `allocator` (rl_jax.rl.allocation, ALGORITHMS.md §6; 'uniform' =
+      # group_size each) with the budget B x group_size rows and the options of `allocation`
+      # (`allocation()` above); allocator_prior: a prior (rl_jax.value.priors) whose p_hat /
+      # sigma0_sq the allocator sees ('' = none). round_rules: extra round rules
+      # (rl_jax/train/round_rules.py) besides those dynamic_sampling, advantage='v05' and
+      # allocation.probe add.
+      rows=0, max_group_size=0, allocator="uniform", allocation=allocation(),
+      allocator_prior="", round_rules=(),
       # RL draws its prompts from the first prompt_pool train problems only (0 = all), so that
       # prompts repeat and per-prompt history builds up; the SFT phase is unaffected.
       prompt_pool=0,
+      # Rollout history (rl_jax/value/history.py): a rollout succeeds when its first reward
+      # component exceeds success_threshold.
+      success_threshold=0.5,
+      # V0.5 (rl_jax/value/v05.py, ALGORITHMS.md §4.2, reconstructed [R]): advantage='v05'.
+      # prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0'); n0 = group_size
+      # rollouts first; the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial'
+      # exact tail) at level alpha; rejected prompts get their group doubled up to n_max rows
+      # (extra rounds, within max_gen_rounds and the batch's rows); fusion 'variance' (w =
+      # Var/(Var+sigma0_sq)) or 'beta' (pseudo-count κ = p0(1-p0)/sigma0_sq - 1); sigma0_sq > 0
+      # overrides the prior's own error variance; scale_by_std: A = (r - b)/std as GRPO.
+      # prior_window: history steps the simple priors read (0 = all); prior_pseudo_count: the
+      # 'history' prior's shrinkage κ.
+      v05=ml_collections.ConfigDict(dict(
+          prior="global_mean", n_max=16, alpha=0.05, test="z", p0_clip=(0.02, 0.98),
+          fusion="variance", sigma0_sq=0.0, scale_by_std=False, std_eps=1e-6,
+          prior_window=0, prior_pseudo_count=2.0)),
       # LATR (rl_jax/sampling/latr.py); defaults of the reference's math scripts. A threshold
       # < 0 disables that pruning criterion. mix_schedule: ((start_step, η), ...), η = the
       # fraction of each group that comes from the tree.

@@ -34,9 +34,8 @@ SEEDS = (0, 1, 2)
 
 COMMON: dict = {}
 
-_BUDGET = {"rl.allocation.rows_per_step": 128}
-_PROBE = dict(_BUDGET, **{"rl.allocation.probe": 2, "rl.allocation.min_n": 2,
-                          "rl.allocation.max_n": 8})
+_BUDGET = {"rl.group_size": 4, "rl.max_group_size": 8}  # B x 4 = 128 rows, <= 8 a prompt.
+_PROBE = dict(_BUDGET, **{"rl.allocation.probe": 2, "rl.allocation.min_n": 2})
 _POOL = {"rl.prompt_pool": 1000}
 
 VARIANTS = {

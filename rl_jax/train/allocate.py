@@ -19,7 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 from rl_jax.rl import allocation as alloc_lib
+from rl_jax.train import planner, round_rules
 from rl_jax.value.history import RolloutHistory
+
+# Random-stream tag of the allocators' host rng (Thompson draws, sampled selection); see
+# phases.PHASE_TAGS.
+ALLOC_TAG = 7
 
 # Rollout modes that take ragged groups (a tree rollout has a fixed number of leaves per prompt).
 RAGGED_ROLLOUTS = ("iid",)
@@ -33,14 +38,16 @@ def allocator_from_config(config) -> alloc_lib.Allocator:
 
 
 def max_rows(config) -> int:
-  """n_max, the most rows one prompt can get (`allocation.max_n`, 0 = group_size)."""
-  return config.rl.allocation.max_n or config.rl.group_size
+  """n_max, the most rows one prompt can get: `rl.max_group_size` (0 = group_size)."""
+  return config.rl.max_group_size or config.rl.group_size
 
 
 def budget_from_config(config) -> alloc_lib.Budget:
-  rl, a = config.rl, config.rl.allocation
-  total = a.rows_per_step or rl.prompts_per_step * rl.group_size
-  return alloc_lib.Budget(total=total, num_prompts=rl.prompts_per_step, min_n=a.min_n,
+  """B = prompts_per_step prompts, B x group_size rows (group_size = the mean rows per prompt),
+  `allocation.min_n` <= n_b <= `max_rows`."""
+  rl = config.rl
+  return alloc_lib.Budget(total=rl.prompts_per_step * rl.group_size,
+                          num_prompts=rl.prompts_per_step, min_n=rl.allocation.min_n,
                           max_n=max_rows(config))
 
 
@@ -63,12 +70,16 @@ def check_config(config) -> None:
     allocator = allocator_from_config(config)
   except (alloc_lib.AllocationError, TypeError) as e:
     raise ValueError(f"config.rl.allocation.{rl.allocator}: {e}") from e
-  for field in ("rows_per_step", "min_n", "max_n", "probe", "history_steps", "candidates"):
+  for field in ("min_n", "probe", "history_steps", "candidates"):
     if not isinstance(a[field], int) or a[field] < 0:
       raise ValueError(f"config.rl.allocation.{field}={a[field]!r}; expected an integer >= 0")
-  if rl.prompt_pool < 0:
-    raise ValueError(f"config.rl.prompt_pool={rl.prompt_pool}; expected >= 0 (0 = every train "
-                     "problem)")
+  if not 0 <= rl.prompt_pool <= config.task.train_size:
+    raise ValueError(f"config.rl.prompt_pool={rl.prompt_pool}; expected 0 (every train problem) "
+                     f"to task.train_size={config.task.train_size}")
+  if config.data.source != "memory" and (rl.prompt_pool or allocator.selects):
+    raise ValueError(f"config.rl.prompt_pool and data-selection allocators draw their prompts "
+                     f"from memory; config.data.source={config.data.source!r} is not supported "
+                     "with them (use 'memory')")
   budget = budget_from_config(config)
   try:
     budget.check(num_candidates(config, allocator))
@@ -81,13 +92,28 @@ def check_config(config) -> None:
     raise ValueError(f"config.rl.allocation.probe={a.probe} is not supported with the "
                      f"data-selection allocator {rl.allocator!r} (it picks prompts before any "
                      "row is sampled); use probe=0")
-  if rl.allocator != "uniform" and rl.rollout not in RAGGED_ROLLOUTS:
+  if rl.allocator == "uniform":
+    return
+  if rl.rollout not in RAGGED_ROLLOUTS:
     raise ValueError(f"config.rl.allocator={rl.allocator!r} needs ragged groups, which "
                      f"rollout={rl.rollout!r} does not make; use rollout in {RAGGED_ROLLOUTS} or "
                      "allocator='uniform'")
-  if rl.allocator == "v0":
-    raise ValueError("config.rl.allocator='v0' needs V0's predictions p_hat, which no RL run "
-                     "provides yet (the V0 issue); use it through rl_jax.rl.allocation")
+  if not rl.max_group_size:
+    raise ValueError(f"config.rl.allocator={rl.allocator!r} gives prompts different row counts: "
+                     "set config.rl.max_group_size (G_max) > 0 for the ragged layout")
+  if rl.allocator == "v0" and not rl.allocator_prior:
+    raise ValueError("config.rl.allocator='v0' needs predictions p_hat: set "
+                     "config.rl.allocator_prior (e.g. 'history', or 'v0' once V0 is registered)")
+  if a.probe and (rl.dynamic_sampling or rl.advantage == "v05"):
+    raise ValueError("config.rl.allocation.probe is not supported together with "
+                     "dynamic_sampling or advantage='v05' (each asks for its own extra rounds); "
+                     "use probe=0")
+  rows = rl.rows or rl.prompts_per_step * rl.group_size
+  if rl.dynamic_sampling and rows < rl.prompts_per_step * max_rows(config):
+    raise ValueError(f"config.rl.dynamic_sampling with allocator={rl.allocator!r} keeps B groups "
+                     f"from several rounds, up to B x max_group_size = "
+                     f"{rl.prompts_per_step * max_rows(config)} rows; config.rl.rows={rows} "
+                     "is smaller")
 
 
 def prompt_stats(history: RolloutHistory, prompt_ids, step: int, history_steps: int = 0,
@@ -166,27 +192,88 @@ class StepAllocator:
     self.history_steps = config.rl.allocation.history_steps
     self.num_candidates = num_candidates(config, self.allocator)
 
-  def _run(self, history, ids, step, upto):
+  def _run(self, history, ids, step, upto, p_hat):
+    history = RolloutHistory() if history is None else history
     stats = prompt_stats(history, ids, upto, self.history_steps)
-    stats = alloc_lib.PromptStats(stats.prompt_ids, stats.attempts, stats.successes, None, step)
+    stats = alloc_lib.PromptStats(stats.prompt_ids, stats.attempts, stats.successes, p_hat, step)
     return stats, replay(self.allocator, history, step)
 
-  def first(self, step: int, candidates, history: RolloutHistory,
-            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+  def first(self, step: int, candidates, history: RolloutHistory | None,
+            rng: np.random.Generator, p_hat=None) -> np.ndarray:
+    """Rows of each candidate [C] in round 0 (0: not in the batch; B candidates get rows)."""
     cand = np.asarray(candidates, np.int64)
     if len(cand) != self.num_candidates:
       raise ValueError(f"expected {self.num_candidates} candidate prompts, got {len(cand)}")
     b = self.budget.num_prompts
     if self.probe:
-      return cand[:b], np.full(b, self.probe, np.int64)
-    stats, state = self._run(history, cand, step, step)
-    out = alloc_lib.run(self.allocator, stats, self.budget, state, rng)
-    return cand[out.selected], out.counts[out.selected]
+      return np.where(np.arange(len(cand)) < b, self.probe, 0).astype(np.int64)
+    stats, state = self._run(history, cand, step, step, p_hat)
+    return alloc_lib.run(self.allocator, stats, self.budget, state, rng).counts
 
   def second(self, step: int, ids, history: RolloutHistory,
-             rng: np.random.Generator) -> np.ndarray:
+             rng: np.random.Generator, p_hat=None) -> np.ndarray:
     """Extra rows [B] after the probe round (`probe` > 0 only); the history holds the probe's
     outcomes at `step`."""
-    stats, state = self._run(history, ids, step, step + 1)
+    stats, state = self._run(history, ids, step, step + 1, p_hat)
     out = alloc_lib.run(self.allocator, stats, self.budget, state, rng)
     return out.counts - self.probe
+
+
+def alloc_rng(config, step: int, round_idx: int = 0) -> np.random.Generator:
+  """The allocator's generator for (seed, step, round): stateless, so a resume reproduces it."""
+  return np.random.default_rng([config.seed, ALLOC_TAG, step, round_idx])
+
+
+def candidate_count(config) -> int:
+  """Prompts round 0 draws: prompts_per_step, or more for data-selection allocators."""
+  if config.rl.allocator == "uniform":
+    return config.rl.prompts_per_step
+  return num_candidates(config, allocator_from_config(config))
+
+
+def round_counts(config, stats: planner.PromptStats, round_idx: int = 0) -> np.ndarray:
+  """Rows [C] of the candidates `stats.prompt_ids` in a fresh round (0 = left out)."""
+  sa = StepAllocator(config)
+  return sa.first(stats.step, stats.prompt_ids, stats.history,
+                  alloc_rng(config, stats.step, round_idx), stats.predictions.get("p_hat"))
+
+
+@round_rules.ROUND_RULES.register("allocation_probe")
+class AllocationProbe(round_rules.RoundRule):
+  """Two-stage allocation (`rl.allocation.probe` > 0): after the probe round, asks once for the
+  rest of the budget as extra rows of the probed prompts (the allocator sees the history with
+  the probe's outcomes)."""
+
+  def __init__(self, config, context):
+    self.config = config
+    self.step = context.get("step", 0)
+    self.history = context.get("history")
+    self.asked = False
+
+  def after_round(self, pool, round_idx):
+    if self.asked:
+      return None
+    self.asked = True
+    if self.history is None:
+      raise ValueError("allocation.probe needs the rollout history (collect(history=...))")
+    ids = np.asarray(pool.slot_prompt, np.int64)
+    extra = StepAllocator(self.config).second(self.step, ids, self.history,
+                                              alloc_rng(self.config, self.step, 1000 + round_idx))
+    keep = extra > 0
+    if not keep.any():
+      return None
+    return planner.Requests(ids[keep], extra[keep], np.flatnonzero(keep))
+
+
+def batch_metrics(batch, shaped: np.ndarray, config) -> dict:
+  """`allocation_metrics` of an assembled batch: groups by `batch.group` over valid rows, the
+  estimator's scalar input `Σ_k w_k r_k` (weights `rl.reward_weights`, () = all 1)."""
+  rl = config.rl
+  r = np.asarray(shaped, np.float64)
+  w = np.ones(r.shape[1]) if not rl.reward_weights else np.asarray(rl.reward_weights, np.float64)
+  scalar = r @ w
+  group, valid = np.asarray(batch.group), np.asarray(batch.valid, bool)
+  b = rl.prompts_per_step
+  counts = np.bincount(group[valid], minlength=b)[:b]
+  groups = [scalar[valid & (group == i)] for i in range(b)]
+  return allocation_metrics(counts, groups)

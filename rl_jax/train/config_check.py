@@ -98,6 +98,17 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.reward_timeout": _real(0.0, lo_open=True),
     "rl.reward_isolation": _one_of(contained.ISOLATIONS),
     "rl.reward_max_logged": _int(0),
+    "rl.rows": _int(0),
+    "rl.max_group_size": _int(0),
+    "rl.success_threshold": _real(0.0, 1.0, hi_open=True),
+    "rl.v05.n_max": _int(1),
+    "rl.v05.alpha": _real(0.0, 1.0, lo_open=True, hi_open=True),
+    "rl.v05.test": _one_of(("z", "binomial")),
+    "rl.v05.fusion": _one_of(("variance", "beta")),
+    "rl.v05.sigma0_sq": _real(0.0),
+    "rl.v05.std_eps": _real(0.0),
+    "rl.v05.prior_window": _int(0),
+    "rl.v05.prior_pseudo_count": _real(0.0, lo_open=True),
     **_optim("rl.optim"),
     "control.steps": _int(0),
     "eval.num_samples": _int(1),
@@ -139,8 +150,8 @@ def check(config: ml_collections.ConfigDict) -> None:
     from rl_jax.train import rollouts  # pylint: disable=g-import-not-at-top (a cycle otherwise)
     from rl_jax.train import allocate  # pylint: disable=g-import-not-at-top
     try:
-      rollouts.check_config(config)
-      if "allocator" in rl:
+      if "allocation" in rl:
         allocate.check_config(config)
+      rollouts.check_config(config)
     except ValueError as e:
       raise ConfigError(str(e)) from e

@@ -22,17 +22,23 @@ from rl_jax import models, parallel
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import LengthBuckets
 from rl_jax.metrics import MetricsWriter, ProgressBar
-from rl_jax.train import rollouts, signals
+from rl_jax.train import planner, rollouts, signals
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.experiment import Experiment
 from rl_jax.train.state import TrainState, make_optimizer
 from rl_jax.types import Rollout, SFTBatch, Tree
+from rl_jax.value.history import RolloutHistory
 
 _log = logging.getLogger(__name__)
 
 # Integer tags that separate the random streams of different phases.
 PHASE_TAGS = {"sft": 1, "rl": rollouts.RL_TAG, "sft_more": 3, "eval": 4,
-              "rl_round": rollouts.EXTRA_ROUND_TAG}
+              "rl_round": rollouts.EXTRA_ROUND_TAG, "rl_extend": rollouts.EXTEND_TAG,
+              "rl_alloc": rollouts.allocate.ALLOC_TAG}
+
+
+# The RL phase's rollout history, exported when the phase ends (`value.history` JSON lines).
+HISTORY_FILE = "history.jsonl"
 
 
 class Interrupted(Exception):
@@ -110,8 +116,11 @@ def _maybe_interrupt(exp: Experiment, phase: str, step: int):
 
 
 def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step_fn: Callable,
-               writer: MetricsWriter, ckpt: Checkpointer, *, eval_fn=None, eval_every=0):
+               writer: MetricsWriter, ckpt: Checkpointer, *, eval_fn=None, eval_every=0,
+               extra_meta: Callable[[], dict] = dict):
   """The shared loop: step_fn(state, step) -> (state, metrics dict of device scalars).
+
+  `extra_meta()` is saved into every checkpoint's meta (JSON; e.g. the RL rollout history).
 
   A step with `nonfinite` > 0 (not applied, `steps.finite_or_skip`) is logged;
   `config.max_nonfinite_in_a_row` of them in a row raise `NonFiniteError` before that step is
@@ -152,7 +161,7 @@ def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step
           "the last good state.")
     stop = signals.requested()
     ckpt.maybe_save(step + 1, state, {"phase": phase, "train_seconds": seconds,
-                                      "nonfinite_in_a_row": in_a_row},
+                                      "nonfinite_in_a_row": in_a_row, **extra_meta()},
                     force=(step + 1 == num_steps or stop is not None
                            or exp.config.interrupt_at == f"{phase}:{step + 1}"))
     _maybe_interrupt(exp, phase, step + 1)
@@ -274,11 +283,18 @@ def hyper_from_config(config) -> steps_lib.RLHyper:
       aggregation=rl.aggregation, temperature=config.sampling.temperature,
       sft_coef=rl.sft_coef, reward_weights=tuple(float(w) for w in rl.reward_weights),
       num_minibatches=rl.num_minibatches, num_iterations=rl.num_iterations, tis_cap=rl.tis_cap,
-      shared_prompts=rl.shared_prompts)
+      shared_prompts=rl.shared_prompts,
+      num_groups=rl.prompts_per_step if planner.is_ragged(config) else 0,
+      max_group_size=rl.max_group_size)
 
 
 def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> PhaseResult:
-  """GRPO-family RL from the SFT policy, with the SFT policy as the frozen reference."""
+  """GRPO-family RL from the SFT policy, with the SFT policy as the frozen reference.
+
+  The phase keeps the rollout history (`value.history.RolloutHistory`: every round's attempts
+  and successes per prompt and step) in its checkpoints' meta, so a resumed run has the history
+  of an uninterrupted one, and writes it to WORKDIR/history.jsonl when the phase ends.
+  """
   cfg = exp.config.rl
   rollouts.check_config(exp.config)
   # Every iteration on a rollout is an optimizer update: the schedule counts all of them.
@@ -286,14 +302,18 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   stream = problem_stream(exp, "rl", cfg.prompts_per_step)
   ckpt = _ckpt(exp, "rl", stream)
   state, start, meta, state_sh = _restore_or_init(exp, ckpt, sft_params, tx)
+  history = (RolloutHistory.from_state(meta["history"]) if "history" in meta
+             else RolloutHistory())
   hyper = rl_hyper(exp)
   params_sh = parallel.tree_shardings(sft_params, exp.mesh)
-  r = cfg.prompts_per_step * cfg.group_size
+  r = planner.batch_rows(exp.config)
   p, t = exp.train_prompts.shape[1], exp.max_new_tokens
   example = Rollout(prompt_tokens=np.zeros((r, p), np.int32), prompt_mask=np.zeros((r, p), bool),
                     tokens=np.zeros((r, t), np.int32), mask=np.zeros((r, t), bool),
                     logp=np.zeros((r, t), np.float32), group=np.zeros(r, np.int32),
                     valid=np.zeros(r, bool))
+  if cfg.advantage == "v05":  # the rollout carries (p0, w) per row (round_rules.V05Extra)
+    example = example.replace(prior=np.zeros((r, 2), np.float32))
   if cfg.rollout == "eptree":  # the rollout carries its tree (for the tree advantages)
     n = rollouts.eptree_options(exp.config).max_nodes
     b = cfg.prompts_per_step
@@ -311,7 +331,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
 
   def step_fn(state, step):
     batch, rewards, host_metrics = rollouts.rollout(exp, _compute_params(exp, state.params), step,
-                                                    stream)
+                                                    stream, history)
     if step + 1 == nan_step:  # config.inject_nan_at: a fault test of the non-finite guard.
       rewards = np.full_like(rewards, np.nan)
     # The sampler's outputs are device arrays committed to its own sharding, and jit does not
@@ -322,6 +342,9 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
     return state, dict(metrics, **host_metrics)
 
   state, seconds = _run_steps(exp, "rl", (state, start, meta), cfg.steps, step_fn, writer, ckpt,
-                              eval_fn=eval_fn, eval_every=cfg.eval_every)
+                              eval_fn=eval_fn, eval_every=cfg.eval_every,
+                              extra_meta=lambda: {"history": history.state()})
   ckpt.close()
+  if parallel.is_primary():
+    history.to_jsonl(os.path.join(exp.workdir, HISTORY_FILE))
   return PhaseResult(state.params, seconds, cfg.steps)

@@ -54,6 +54,8 @@ def advantages(rewards: jax.Array, rollout: Rollout, hyper,
     adv [R] or [R, T] (token-level estimators), weight [R], and the scalar reward [R] (before
     the KL term) for metrics.
   """
+  if hyper.max_group_size:
+    return _ragged_advantages(rewards, rollout, hyper, token_kl)
   fn = advantages_lib.get(hyper.advantage)
   accepts = inspect.signature(fn).parameters
   r_rk = as_components(rewards)
@@ -83,11 +85,88 @@ def advantages(rewards: jax.Array, rollout: Rollout, hyper,
     opts["lengths"] = jnp.sum(rollout.mask, -1).reshape(-1, g)
   if "tree" in accepts:
     opts["tree"] = _tree_per_prompt(rollout, hyper.advantage, g)
+  if "prior" in accepts:
+    opts["prior"] = _prior(rollout, hyper.advantage).reshape(-1, g, 2)
   if token_kl is not None and "token_kl" in accepts:
     opts.update(token_kl=token_kl.reshape(-1, g, t), kl_coef=hyper.kl_coef)
   adv, weight = fn(r, rollout.valid.reshape(-1, g), **opts)
   adv = adv.reshape((n_rows,) + adv.shape[2:])
   return adv, weight.reshape(-1), scalar
+
+
+def group_slots(group: jax.Array, valid: jax.Array, num_groups: int) -> tuple[jax.Array, jax.Array]:
+  """(seg [R], rank [R]) of ragged rows (ALGORITHMS.md §0 pattern 2): seg = the row's group, or
+  the dump segment B for invalid rows; rank = how many earlier rows share its segment."""
+  seg = jnp.where(valid, group, num_groups).astype(jnp.int32)
+  onehot = (seg[:, None] == jnp.arange(num_groups + 1)[None, :]).astype(jnp.int32)
+  rank = jnp.take_along_axis(jnp.cumsum(onehot, axis=0) - 1, seg[:, None], axis=1)[:, 0]
+  return seg, rank
+
+
+def to_groups(x: jax.Array, seg: jax.Array, rank: jax.Array, num_groups: int,
+              max_group_size: int, fill=0) -> jax.Array:
+  """Rows [R, ...] -> [B, G_max, ...]: row r at (seg[r], rank[r]); invalid rows and rows past
+  G_max are dropped, empty places hold `fill`."""
+  out = jnp.full((num_groups, max_group_size) + x.shape[1:], fill, x.dtype)
+  return out.at[seg, rank].set(x, mode="drop")
+
+
+def from_groups(y: jax.Array, seg: jax.Array, rank: jax.Array) -> jax.Array:
+  """[B, G_max, ...] -> rows [R, ...] (`to_groups`' inverse; dropped rows read 0)."""
+  b, gm = y.shape[:2]
+  inside = (seg < b) & (rank < gm)
+  got = y[jnp.minimum(seg, b - 1), jnp.minimum(rank, gm - 1)]
+  return jnp.where(inside.reshape(inside.shape + (1,) * (got.ndim - 1)), got, 0)
+
+
+def _ragged_advantages(rewards, rollout: Rollout, hyper, token_kl):
+  """`advantages` for a ragged batch (`hyper.max_group_size` G_max > 0, `hyper.num_groups` B):
+  rows are scattered to [B, G_max] + valid by their `group` (the estimators take ragged groups
+  through `valid`), and the advantages gathered back to rows. Rows past G_max get weight 0.
+  Tree estimators are not defined on ragged batches."""
+  fn = advantages_lib.get(hyper.advantage)
+  accepts = inspect.signature(fn).parameters
+  if "tree" in accepts:
+    raise ValueError(f"estimator {hyper.advantage!r} needs a tree rollout; ragged batches "
+                     "(config.rl.max_group_size > 0) have none")
+  b, gm = hyper.num_groups, hyper.max_group_size
+  r_rk = as_components(rewards)
+  k = r_rk.shape[1]
+  w = reward_weights(hyper, k)
+  scalar = r_rk @ w
+  seg, rank = group_slots(rollout.group, rollout.valid, b)
+  grouped = lambda x, fill=0: to_groups(x, seg, rank, b, gm, fill)
+  opts = dict(hyper.advantage_options)
+  if hyper.advantage in MULTI_REWARD:
+    if token_kl is not None:
+      raise ValueError(f"kl_in_reward is not defined for the multi-reward estimator "
+                       f"{hyper.advantage!r}; use the KL loss term (kl_in_reward=False)")
+    if hyper.reward_weights:
+      opts.setdefault("weights", tuple(hyper.reward_weights))
+    r = grouped(r_rk)
+  else:
+    r = scalar
+    if token_kl is not None and "token_kl" not in accepts:
+      r = r - hyper.kl_coef * jnp.sum(token_kl, axis=-1)
+    r = grouped(r)
+  if "mask" in accepts:
+    opts["mask"] = grouped(rollout.mask, False)
+  if "lengths" in accepts:
+    opts["lengths"] = grouped(jnp.sum(rollout.mask, -1))
+  if token_kl is not None and "token_kl" in accepts:
+    opts.update(token_kl=grouped(token_kl), kl_coef=hyper.kl_coef)
+  if "prior" in accepts:
+    opts["prior"] = grouped(_prior(rollout, hyper.advantage))
+  valid = grouped(jnp.ones_like(rollout.valid), False)
+  adv, weight = fn(r, valid, **opts)
+  return from_groups(adv, seg, rank), from_groups(weight, seg, rank), scalar
+
+
+def _prior(rollout: Rollout, name: str) -> jax.Array:
+  if rollout.prior is None:
+    raise ValueError(f"estimator {name!r} needs the per-row prior (p0, w) in rollout.prior "
+                     "(set by the 'v05_extra' round rule); got a rollout without one")
+  return jnp.asarray(rollout.prior, jnp.float32)
 
 
 def _tree_per_prompt(rollout: Rollout, name: str, g: int) -> Tree:
@@ -156,8 +235,11 @@ def merge_rows(x: jax.Array, group: int = 1) -> jax.Array:
 
 
 def batch_metrics(scalar_r: jax.Array, rollout: Rollout, adv: jax.Array, weight: jax.Array,
-                  loss_mask: jax.Array, group_size: int) -> dict:
-  """Reward, advantage and length statistics of the batch (valid rows only)."""
+                  loss_mask: jax.Array, group_size: int, num_groups: int = 0) -> dict:
+  """Reward, advantage and length statistics of the batch (valid rows only).
+
+  `num_groups` B > 0: a ragged batch (groups by `rollout.group`); else groups of `group_size`
+  contiguous rows."""
   valid = rollout.valid.astype(jnp.float32)
   lm = loss_mask.astype(jnp.float32)
   if adv.ndim == 1:
@@ -167,9 +249,15 @@ def batch_metrics(scalar_r: jax.Array, rollout: Rollout, adv: jax.Array, weight:
     adv_abs = jnp.sum(jnp.abs(adv) * lm) / jnp.maximum(jnp.sum(lm), 1.0)
     row_signal = jnp.any(jnp.abs(adv) > 0, axis=-1)
   m = rollout.mask.astype(jnp.float32)
+  if num_groups:
+    seg, _ = group_slots(rollout.group, rollout.valid, num_groups)
+    hit = jax.ops.segment_max(row_signal.astype(jnp.int32), seg, num_segments=num_groups + 1)
+    informative = jnp.mean(hit[:num_groups] > 0)
+  else:
+    informative = jnp.mean(jnp.any(row_signal.reshape(-1, group_size), axis=-1))
   return {
       "reward_mean": jnp.sum(scalar_r * valid) / jnp.maximum(jnp.sum(valid), 1),
       "adv_abs_mean": adv_abs,
       "completion_len": jnp.sum(m) / m.shape[0],
-      "informative_frac": jnp.mean(jnp.any(row_signal.reshape(-1, group_size), axis=-1)),
+      "informative_frac": informative,
   }

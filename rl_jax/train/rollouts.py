@@ -1,6 +1,7 @@
 """Host-side RL rollouts: sample groups, score them, DAPO dynamic sampling and overlong shaping.
 
-One step's batch always has `prompts_per_step` groups of `group_size` rows (static shapes):
+One step's batch has `prompts_per_step` groups of `group_size` rows (static shapes; see `planner`
+for ragged groups):
 
 * Rewards are the `config.rl.rewards` components [R, K] (`rl_jax.rewards.REWARDS`).
 * Overlong shaping (`overlong_buffer` L_cache > 0; ALGORITHMS.md §2.2): the soft punishment
@@ -23,6 +24,10 @@ and the rewards are gathered, so the host-side logic sees the same batch everywh
 
 Round 0 draws exactly what a run without dynamic sampling draws, so the option changes nothing
 for steps whose first round is fully informative. Randomness depends only on (seed, step, round).
+
+The loop itself is `rounds.collect` (planner -> engine -> round rules, DESIGN.md §7); dynamic
+sampling is the round rule 'dapo_dynamic' (`round_rules`). With `config.rl.max_group_size` > 0
+the batch is ragged (`planner`): an allocator's counts served by the iid engine in R_max rows.
 """
 
 from __future__ import annotations
@@ -37,15 +42,15 @@ from rl_jax import rewards as rewards_lib
 from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
 from rl_jax.sampling import eptree, latr
-from rl_jax.train import rl_inputs
+from rl_jax.train import allocate, planner, rl_inputs, round_rules, rounds
 from rl_jax.train.experiment import Experiment
 from rl_jax.types import Rollout
 
 # Random-stream tags (phases.PHASE_TAGS): round 0 uses the RL phase's stream, rounds >= 1 their own.
-RL_TAG, EXTRA_ROUND_TAG = 2, 5
+# Extension rounds (extra rows of prompts already drawn, e.g. V0.5) use EXTEND_TAG.
+RL_TAG, EXTRA_ROUND_TAG, EXTEND_TAG = 2, 5, 6
 ROLLOUTS = ("iid", "latr", "eptree")
-# Host counts that `collect` sums over generation rounds (rl_jax.rewards.contained).
-_COUNTS = ("reward/errors", "reward/timeouts")
+overlong_shaping = rounds.overlong_shaping
 
 
 def latr_options(config) -> latr.LatrOptions:
@@ -110,15 +115,33 @@ def check_config(config) -> None:
     if rl.dynamic_sampling:
       raise ValueError("config.rl.dynamic_sampling is not supported with rollout='eptree' "
                        "(groups carry a tree); use rollout='iid' or 'latr'")
+  if not 0.0 <= rl.success_threshold < 1.0:
+    raise ValueError(f"config.rl.success_threshold must be in [0, 1) (a rollout succeeds when "
+                     f"its first reward component exceeds it), got {rl.success_threshold}")
+  planner.check_config(config)
+  round_rules.active_rules(config)
+  if rl.advantage == "v05":
+    _check_v05(config)
 
 
-def overlong_shaping(rewards: np.ndarray, lengths: np.ndarray, max_len: int, buffer: int,
-                     factor: float = 1.0) -> np.ndarray:
-  """rewards [R, K] with the DAPO soft overlong penalty of `lengths` [R] added to column 0."""
-  out = np.array(rewards, np.float32, copy=True)
-  if buffer > 0:
-    out[:, 0] += np.asarray(losses.dapo_overlong_penalty(lengths, max_len, buffer, factor))
-  return out
+def _check_v05(config) -> None:
+  """advantage='v05' needs ragged groups that can hold n_max rows, and a known prior."""
+  from rl_jax.value import priors  # pylint: disable=import-outside-toplevel
+  rl, v = config.rl, config.rl.v05
+  if not rl.group_size <= v.n_max <= rl.max_group_size:
+    raise ValueError(f"config.rl.advantage='v05' with group_size={rl.group_size}, "
+                     f"v05.n_max={v.n_max}, max_group_size={rl.max_group_size}; expected "
+                     "group_size <= v05.n_max <= max_group_size (ragged groups, e.g. "
+                     "--config.rl.max_group_size=16 --config.rl.rows=2*B*G)")
+  if rl.dynamic_sampling:
+    raise ValueError("config.rl.advantage='v05' with dynamic_sampling=True; expected "
+                     "dynamic_sampling=False (V0.5 draws its own extra rounds)")
+  if v.prior not in priors.PRIORS:
+    raise ValueError(f"config.rl.v05.prior={v.prior!r}; expected one of "
+                     f"{list(priors.PRIORS.names())}")
+  if not 0 < v.p0_clip[0] < v.p0_clip[1] < 1:
+    raise ValueError(f"config.rl.v05.p0_clip={tuple(v.p0_clip)}; expected (lo, hi) with "
+                     "0 < lo < hi < 1")
 
 
 def informative_groups(rewards: np.ndarray, valid: np.ndarray, group_size: int,
@@ -137,46 +160,34 @@ def informative_groups(rewards: np.ndarray, valid: np.ndarray, group_size: int,
   return np.asarray(losses.dapo_informative_groups(by_col, v)).any(axis=-1)
 
 
-def select_groups(informative: list[np.ndarray], num_groups: int,
-                  group_size: int) -> tuple[np.ndarray, np.ndarray, int]:
-  """Chooses the step's B groups from the generation rounds.
-
-  Args:
-    informative: bool [B] per round.
-    num_groups: B, groups in the batch.
-    group_size: G.
-
-  Returns:
-    rows int [B*G] into the rounds' rows concatenated, keep bool [B*G], and the number of
-    informative groups kept: the informative groups in round order, then (if fewer than B)
-    dropped groups, which get keep=False.
-  """
-  picks = [(i, b) for i, inf in enumerate(informative) for b in np.flatnonzero(inf)]
-  fillers = [(i, b) for i, inf in enumerate(informative) for b in np.flatnonzero(~inf)]
-  kept = min(len(picks), num_groups)
-  chosen = picks[:kept] + fillers[:num_groups - kept]
-  per_round = len(informative[0]) * group_size
-  rows = np.concatenate([i * per_round + b * group_size + np.arange(group_size)
-                         for i, b in chosen])
-  return rows, np.repeat(np.arange(num_groups) < kept, group_size), kept
-
-
-def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=None):
-  """Samples G completions for each of B fresh prompts; returns (rollout, raw rewards [R, K]).
+def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=None,
+                     history=None):
+  """Samples the planner's rows for B fresh prompts; returns (rollout, raw rewards [R, K], host
+  metrics, prompt ids [B]).
 
   The prompts are the host RNG's draw of (seed, step, round), or the next batch of `stream`
-  (a `data.grain_source.ProblemStream`; config.data.source='grain').
+  (a `data.grain_source.ProblemStream`; config.data.source='grain'). Dense layout: G rows each
+  from the rollout mode's sampler. Ragged layout: counts from the allocator
+  (`planner.allocate`, statistics from `history`), served by the iid engine in R_max rows.
   """
   rl = exp.config.rl
-  if round_idx == 0:
-    rng = exp.host_rng(RL_TAG, step)
-    key = jax.random.fold_in(jax.random.fold_in(exp.root_key(), RL_TAG), step)
-  else:
-    rng = exp.host_rng(EXTRA_ROUND_TAG, step, round_idx)
-    key = jax.random.fold_in(jax.random.fold_in(
-        jax.random.fold_in(exp.root_key(), EXTRA_ROUND_TAG), step), round_idx)
-  idx = (rng.choice(len(exp.train_prompts), rl.prompts_per_step, replace=False)
+  tag = RL_TAG if round_idx == 0 else EXTRA_ROUND_TAG
+  rng = exp.host_rng(RL_TAG, step) if round_idx == 0 else exp.host_rng(tag, step, round_idx)
+  key = planner.round_key(exp, tag, step, round_idx)
+  # rl.prompt_pool: draw from the first N train problems only (0 = all); data-selection
+  # allocators draw more candidates than prompts_per_step and keep B.
+  pool = rl.prompt_pool or len(exp.train_prompts)
+  idx = (rng.choice(pool, allocate.candidate_count(exp.config), replace=False)
          if stream is None else stream.next_indices())
+  if planner.is_ragged(exp.config):
+    stats = prompt_stats(exp, params, idx, step, history)
+    counts = planner.allocate(exp.config, stats, round_idx)
+    idx, counts = idx[counts > 0], counts[counts > 0]
+    requests = planner.Requests(idx, counts)
+    rows = planner.batch_rows(exp.config)
+    if rl.allocation.probe:  # The probe round asks for B x probe rows only: decode no more.
+      rows = max(planner.engine_rows(requests.total, rows), requests.total)
+    return (*_engine_round(exp, params, requests, key, rows), idx)
   rows = np.repeat(idx, rl.group_size)
   sample = {"iid": _iid_rows, "latr": _latr_rows, "eptree": _eptree_rows}[rl.rollout]
   out, rewards, extra = sample(exp, params, idx, key, rng, step)
@@ -185,7 +196,46 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
                   logp=np.asarray(out["logp"]),
                   group=np.repeat(np.arange(len(idx)), rl.group_size).astype(np.int32),
                   valid=np.ones(len(rows), bool), tree=out.get("tree"))
-  return batch, rewards, extra
+  return batch, rewards, extra, idx
+
+
+def prompt_stats(exp: Experiment, params, idx, step: int, history) -> planner.PromptStats:
+  """The allocator's view of prompts `idx`: history counts and the predictions of
+  `config.rl.allocator_prior` (p_hat, sigma0_sq) when one is set."""
+  ids = np.asarray(idx, np.int64)
+  if history is None:
+    att = suc = np.zeros(len(ids), np.int64)
+  else:
+    att, suc = history.stats(ids)
+  predictions = {}
+  name = exp.config.rl.allocator_prior
+  if name:
+    from rl_jax.value import priors  # pylint: disable=import-outside-toplevel
+    p0, s2 = priors.make(name, exp, history).predict(params, ids)
+    predictions = {"p_hat": np.asarray(p0), "sigma0_sq": np.asarray(s2)}
+  return planner.PromptStats(ids, att, suc, predictions, history, step)
+
+
+def _engine_round(exp: Experiment, params, requests: planner.Requests, key, rows: int):
+  """One iid engine call: (Rollout with group = request index, rewards [rows, K], metrics)."""
+  fields, group, valid, rewards, extra = planner.sample_requests(
+      exp, params, requests, key, rows=rows,
+      score=lambda tokens, mask, ids: _score(exp, tokens, mask, ids))
+  row_ids = np.concatenate([np.repeat(requests.prompt_ids, requests.counts),
+                            np.zeros(rows - requests.total, np.int64)])
+  batch = Rollout(prompt_tokens=exp.train_prompts[row_ids],
+                  prompt_mask=exp.train_prompt_mask[row_ids], tokens=fields["tokens"],
+                  mask=fields["mask"], logp=fields["logp"], group=group, valid=valid)
+  return batch, rewards, dict(extra, engine_rows=rows)
+
+
+def extend_round(exp: Experiment, params, step: int, round_idx: int,
+                 requests: planner.Requests):
+  """Extra rows for prompts already drawn (a round rule's request), in a power-of-two row count
+  at most R_max (`planner.engine_rows`); key and randomness from (seed, EXTEND_TAG, step, round)."""
+  rows = planner.engine_rows(requests.total, planner.batch_rows(exp.config))
+  key = planner.round_key(exp, EXTEND_TAG, step, round_idx)
+  return _engine_round(exp, params, requests, key, max(rows, requests.total))
 
 
 def _score(exp: Experiment, tokens, mask, example_ids) -> tuple[np.ndarray, dict]:
@@ -271,56 +321,20 @@ def _eptree_rows(exp: Experiment, params, idx, key, rng, step):
                                      "tree_leaves": opts.leaves, **counts}
 
 
-def collect(draw: Callable[[int], tuple[Rollout, np.ndarray]], config):
-  """Runs generation rounds `draw(round) -> (rollout, raw rewards[, host metrics])`; builds the batch.
-
-  Returns (rollout, shaped rewards [R, K], host metrics).
-  """
-  rl = config.rl
-  multi = rl.advantage in rl_inputs.MULTI_REWARD
-  rounds, tokens, raw, extra = [], 0, [], {}
-  counts = dict.fromkeys(_COUNTS, 0)
-  for k in range(rl.max_gen_rounds if rl.dynamic_sampling else 1):
-    out = draw(k)
-    batch, r, extra = out if len(out) == 3 else (*out, {})
-    for name in _COUNTS:  # Summed over the generation rounds.
-      counts[name] += int(extra.get(name, 0))
-    lengths = np.asarray(batch.mask).sum(-1)
-    tokens += int(extra.get("rollout_tokens", lengths.sum()))
-    shaped = overlong_shaping(r, lengths, config.sampling.max_new_tokens, rl.overlong_buffer,
-                              rl.overlong_penalty_factor)
-    inf = informative_groups(shaped, np.asarray(batch.valid), rl.group_size,
-                             tuple(rl.reward_weights), multi)
-    rounds.append((batch, shaped, inf))
-    raw.append(r)
-    if sum(int(x.sum()) for _, _, x in rounds) >= rl.prompts_per_step:
-      break
-  metrics = {k: v for k, v in extra.items() if k != "rollout_tokens"}
-  metrics.update(gen_rounds=len(rounds), rollout_tokens=tokens)
-  if any(name in extra for name in _COUNTS):
-    metrics.update(counts)
-  if rl.dynamic_sampling:
-    rows, keep, metrics["kept_groups"] = select_groups([inf for _, _, inf in rounds],
-                                                       rl.prompts_per_step, rl.group_size)
-    cat = jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
-                                 *[b for b, _, _ in rounds])
-    batch = jax.tree_util.tree_map(lambda x: x[rows], cat)
-    batch = batch.replace(valid=batch.valid & keep, group=np.repeat(
-        np.arange(rl.prompts_per_step), rl.group_size).astype(np.int32))
-    shaped = np.concatenate([s for _, s, _ in rounds])[rows]
-    kept_raw = np.concatenate(raw)[rows]
-  else:
-    batch, shaped, _ = rounds[0]
-    metrics["kept_groups"] = rl.prompts_per_step
-    kept_raw = raw[0]
-  valid = np.asarray(batch.valid)
-  metrics["batch_tokens"] = int(np.asarray(batch.mask).sum())
-  for name, col in zip(rl.rewards, kept_raw.T):
-    metrics[f"reward_{name}"] = float(col[valid].mean()) if valid.any() else 0.0
-  return batch, shaped, metrics
 
 
-def rollout(exp: Experiment, params, step: int, stream=None):
+def collect(draw: Callable, config, **kwargs):
+  """`rounds.collect` (kept here for callers of the rollouts module)."""
+  return rounds.collect(draw, config, **kwargs)
+
+
+def rollout(exp: Experiment, params, step: int, stream=None, history=None):
   """The RL batch of `step`: (Rollout, rewards [R, K] float32, host metrics); `stream` as in
-  `generation_round`."""
-  return collect(lambda k: generation_round(exp, params, step, k, stream), exp.config)
+  `generation_round`; `history` (a `value.history.RolloutHistory`) receives every round's
+  attempts and successes and feeds the allocator and the round rules."""
+  batch, shaped, metrics = rounds.collect(
+      lambda k: generation_round(exp, params, step, k, stream, history), exp.config,
+      extend=lambda k, req: extend_round(exp, params, step, k, req), history=history, step=step,
+      context={"exp": exp, "params": params})
+  metrics.update(allocate.batch_metrics(batch, shaped, exp.config))
+  return batch, shaped, metrics

@@ -92,7 +92,10 @@ class RLHyper:
     shared_prompts: the G rows of each group share one prompt (every rollout mode builds its
       batch that way), so the reference pass and the policy's forward and backward run each
       prompt once per group (`logprobs.completion_logprobs(group_size=G)`): the same loss with
-      fewer FLOPs. Micro-batches then hold whole groups.
+      fewer FLOPs. Micro-batches then hold whole groups. Off for ragged batches.
+    num_groups, max_group_size: a ragged batch (`train.planner`, ALGORITHMS.md §0 pattern 2) of B
+      = num_groups prompts with at most G_max = max_group_size rows each, grouped by
+      `rollout.group`; 0 = the dense layout (groups of `group_size` contiguous rows).
   """
 
   group_size: int
@@ -113,11 +116,13 @@ class RLHyper:
   num_iterations: int = 1
   tis_cap: float = 0.0
   shared_prompts: bool = False
+  num_groups: int = 0
+  max_group_size: int = 0
 
   @property
   def prompt_group(self) -> int:
     """Rows per shared prompt in the log-prob passes (1 = every row runs its own prompt)."""
-    return self.group_size if self.shared_prompts else 1
+    return self.group_size if self.shared_prompts and not self.max_group_size else 1
 
   def __post_init__(self):
     if self.num_minibatches < 1 or self.num_iterations < 1:
@@ -125,6 +130,9 @@ class RLHyper:
                        f"{self.num_minibatches} and {self.num_iterations}")
     if self.tis_cap < 0:
       raise ValueError(f"tis_cap must be >= 0 (0 = off), got {self.tis_cap}")
+    if self.max_group_size and self.num_groups < 1:
+      raise ValueError(f"a ragged batch (max_group_size={self.max_group_size}) needs "
+                       f"num_groups >= 1, got {self.num_groups}")
 
 
 def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.Array, *,
@@ -136,7 +144,8 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
       copy).
     ref_params: frozen reference policy (used only when hyper.kl_coef > 0), in any float dtype
       (cast to `model_cfg.param_dtype`).
-    rollout: R = B * G rows, grouped contiguously (row r belongs to prompt r // G); rows with
+    rollout: R = B * G rows, grouped contiguously (row r belongs to prompt r // G), or with
+      `hyper.max_group_size` R_max ragged rows grouped by `rollout.group`; rows with
       valid=False get loss weight 0 and leave every normalizer.
     rewards: [R] or [R, K] float32 rewards (K reward components).
 
@@ -183,7 +192,7 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
   # (every iteration) is then not applied.
   state, metrics = finite_or_skip(old_state, state, metrics)
   metrics.update(rl_inputs.batch_metrics(scalar_r, rollout, adv, weight, loss_mask,
-                                         hyper.group_size))
+                                         hyper.group_size, hyper.num_groups))
   if token_kl is not None:
     metrics["kl"] = jnp.sum(token_kl) / jnp.maximum(jnp.sum(mask), 1)
   if hyper.tis_cap:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import ladder
-from rl_jax.train import allocate, config_check
+from rl_jax.metrics import MetricsWriter, read_metrics
+from rl_jax.train import allocate, config_check, experiment, phases, rollouts
 from rl_jax.value.history import RolloutHistory
 
 
@@ -34,12 +35,19 @@ def test_default_is_uniform_and_checks():
 
 @pytest.mark.parametrize("overrides,match", [
     ({"allocator": "bogus"}, r"config.rl.allocator='bogus'; expected one of"),
-    ({"allocator": "dars", "allocation.rows_per_step": 3, "allocation.min_n": 1},
-     r"rollout budget 3 is smaller than 4 prompts x min_n=1"),
-    ({"allocator": "knapsack", "allocation.probe": 2, "allocation.min_n": 1},
-     r"probe=2 needs min_n == probe"),
-    ({"allocator": "vade", "allocation.probe": 1, "allocation.min_n": 1},
+    ({"allocator": "dars"}, r"set config.rl.max_group_size"),
+    ({"allocator": "dars", "max_group_size": 8, "allocation.min_n": 5},
+     r"rollout budget 16 is smaller than 4 prompts x min_n=5"),
+    ({"allocator": "knapsack", "max_group_size": 8, "allocation.probe": 2,
+      "allocation.min_n": 1}, r"probe=2 needs min_n == probe"),
+    ({"allocator": "vade", "max_group_size": 8, "allocation.probe": 1, "allocation.min_n": 1},
      r"not supported with the data-selection allocator 'vade'"),
+    ({"allocator": "knapsack", "max_group_size": 8, "allocation.probe": 2, "allocation.min_n": 2,
+      "dynamic_sampling": True}, r"probe is not supported together with dynamic_sampling"),
+    ({"allocator": "knapsack", "max_group_size": 8, "dynamic_sampling": True},
+     r"up to B x max_group_size = 32 rows; config.rl.rows=16"),
+    ({"allocator": "v0", "max_group_size": 8}, r"needs predictions p_hat"),
+    ({"prompt_pool": 10**6}, r"config.rl.prompt_pool=1000000"),
     ({"allocator": "knapsack", "rollout": "eptree"}, r"needs ragged groups"),
     ({"allocator": "xrpo", "allocation.xrpo.form": "nope"}, r"xrpo form='nope'"),
     ({"prompt_pool": -1}, r"config.rl.prompt_pool=-1"),
@@ -87,7 +95,8 @@ def _drive(config, steps, history=None):
   for step in steps:
     rng = np.random.default_rng([0, step])
     cand = np.random.default_rng([1, step]).choice(40, sa.num_candidates, replace=False)
-    ids, rows = sa.first(step, cand, history, rng)
+    counts = sa.first(step, cand, history, rng)
+    ids, rows = cand[counts > 0], counts[counts > 0]
     r = _fake_rewards(ids, rows, step)
     history.record(step, ids, rows, [int(x.sum()) for x in r])
     if sa.probe:
@@ -101,10 +110,10 @@ def _drive(config, steps, history=None):
 
 
 @pytest.mark.parametrize("overrides", [
-    {"allocator": "vade", "allocation.rows_per_step": 12},
+    {"allocator": "vade", "max_group_size": 4},
     {"allocator": "knapsack", "allocation.probe": 2, "allocation.min_n": 2,
-     "allocation.max_n": 8, "allocation.rows_per_step": 12, "allocation.knapsack.min_obs": 2},
-    {"allocator": "xrpo", "allocation.rows_per_step": 20, "allocation.max_n": 8},
+     "max_group_size": 8, "allocation.knapsack.min_obs": 2},
+    {"allocator": "xrpo", "group_size": 5, "max_group_size": 8},
 ])
 def test_resumed_allocation_equals_uninterrupted(overrides):
   """The history checkpointed after step 3 (JSON) is all a resumed run needs: the resumed steps
@@ -131,3 +140,73 @@ def test_vade_replay_equals_online_updates():
   assert allocate.replay(sa.allocator, h, 2) == online
   assert allocate.replay(sa.allocator, h, 1) == sa.allocator.observe(
       sa.allocator.init_state(), [3, 4], [4, 4], [1, 4], 0)
+
+
+# ---------------------------------------------------------------- through the RL phase
+
+
+def _ragged(config, **rl):
+  config.rl.update(eval_every=0, **{k: v for k, v in rl.items() if "." not in k})
+  for key, value in rl.items():
+    if "." in key:
+      *parents, leaf = key.split(".")
+      node = config.rl
+      for part in parents:
+        node = node[part]
+      node[leaf] = value
+  config_check.check(config)
+  return config
+
+
+def test_probe_round_then_allocation(smoke_config, tmp_path):
+  """Two-stage allocation with the real engine: 2 probe rows per prompt, then the rest of the
+  budget (16 rows) by Knapsack; both rounds in the history; allocation metrics logged."""
+  c = _ragged(smoke_config, allocator="knapsack", max_group_size=8,
+              **{"allocation.probe": 2, "allocation.min_n": 2, "allocation.knapsack.min_obs": 2})
+  exp = experiment.build(c, str(tmp_path))
+  history = RolloutHistory()
+  batch, _, metrics = rollouts.rollout(exp, phases.init_params(exp), 0, history=history)
+  valid, group = np.asarray(batch.valid), np.asarray(batch.group)
+  counts = np.bincount(group[valid], minlength=4)
+  assert counts.sum() == 16 and (counts >= 2).all() and (counts <= 8).all()
+  assert metrics["gen_rounds"] == 2 and metrics["rollout_tokens"] == int(batch.mask.sum())
+  rec = history.records()
+  assert rec["attempts"][:4].tolist() == [2, 2, 2, 2] and rec["attempts"].sum() == 16
+  assert metrics["alloc/n_min"] == counts.min() and metrics["alloc/n_max"] == counts.max()
+  assert 0.0 <= metrics["alloc/zero_var_share"] <= 1.0
+
+
+def test_dynamic_sampling_with_an_allocator(smoke_config, tmp_path):
+  """DAPO's dynamic sampling keeps B groups of several allocator rounds (R_max = B x G_max)."""
+  c = _ragged(smoke_config, allocator="xrpo", max_group_size=6, rows=24, dynamic_sampling=True,
+              max_gen_rounds=2)
+  exp = experiment.build(c, str(tmp_path))
+  batch, _, metrics = rollouts.rollout(exp, phases.init_params(exp), 0,
+                                       history=RolloutHistory())
+  assert batch.tokens.shape[0] == 24 and metrics["gen_rounds"] in (1, 2)
+  assert np.bincount(np.asarray(batch.group)[np.asarray(batch.valid)], minlength=4).max() <= 6
+
+
+def test_rl_phase_resumed_allocates_as_uninterrupted(smoke_config_factory, tmp_path):
+  """VADE on a 12-problem pool (prompts repeat): the RL phase interrupted after step 2 and
+  resumed logs the same steps 3-4 (allocation included) as the uninterrupted phase."""
+  def run(workdir, interrupt=""):
+    c = _ragged(smoke_config_factory(), allocator="vade", max_group_size=8, prompt_pool=12,
+                **{"allocation.candidates": 8})
+    c.interrupt_at = interrupt
+    exp = experiment.build(c, str(workdir))
+    params = phases.init_params(exp)
+    with MetricsWriter(workdir) as writer:
+      phases.rl(exp, params, writer)
+
+  run(tmp_path / "a")
+  with pytest.raises(phases.Interrupted):
+    run(tmp_path / "b", "rl:2")
+  run(tmp_path / "b")
+  timing = ("time", "step_seconds")
+  recs = {d: {r["step"]: {k: v for k, v in r.items() if k not in timing}
+              for r in read_metrics(tmp_path / d) if r["phase"] == "rl"} for d in "ab"}
+  assert recs["a"][3] == recs["b"][3] and recs["a"][4] == recs["b"][4]
+  assert "alloc/effective_groups" in recs["a"][4]
+  h = [RolloutHistory.from_jsonl(tmp_path / d / phases.HISTORY_FILE) for d in "ab"]
+  assert h[0] == h[1] and len(set(h[0].records()["prompt_id"].tolist())) <= 12

@@ -18,6 +18,7 @@ import pytest
 
 from rl_jax.metrics import METRICS_FILE, read_metrics
 from rl_jax.train import loop, phases
+from rl_jax.value.history import RolloutHistory
 
 # Keys that measure time, not the computation.
 _TIMING = ("time", "step_seconds")
@@ -65,6 +66,13 @@ def _assert_same_run(reference, resumed):
   assert all(r["kl"] != 0 for step, r in rl.items() if step > 1)
   heldout = [r["heldout_accuracy"] for r in rl.values() if "heldout_accuracy" in r]
   assert len(heldout) == 2  # rl.eval_every=2 of 4 steps.
+  # The rollout history (checkpointed in the RL meta) is the uninterrupted run's: 4 steps x 4
+  # prompts, one record each.
+  want_h = RolloutHistory.from_jsonl(os.path.join(reference, phases.HISTORY_FILE))
+  got_h = RolloutHistory.from_jsonl(os.path.join(resumed, phases.HISTORY_FILE))
+  assert len(want_h) == 16 and got_h == want_h
+  assert sorted(set(want_h.records()["step"].tolist())) == [0, 1, 2, 3]
+  assert (want_h.records()["attempts"] == 4).all()
   want, got = _summary(reference), _summary(resumed)
   assert got["rl_accuracy"] == want["rl_accuracy"]
   assert 0.0 <= got["rl_accuracy"] <= 1.0

@@ -1,0 +1,274 @@
+"""Round rules: host-side rules run after every generation round of a step (DESIGN.md §7).
+
+`rounds.collect` runs planner -> engine -> rules: after each round every active rule looks at the
+`Pool` (all rows drawn so far, grouped by slot = one prompt's group) and may ask for more:
+
+* `FRESH`: another round of fresh prompts drawn by the planner (new slots);
+* a `planner.Requests` with `slots` set: extra rows for prompts already in the pool.
+
+When no rule asks for more (or `config.rl.max_gen_rounds` rounds have run), the first rule whose
+`select` returns a choice picks the batch's B slots (and which of them are kept, valid); without
+one, the first B slots are the batch.
+
+Rules are registered in `ROUND_RULES` as factories `make(config, context) -> rule`; `context` is
+a dict with what some rules need (`exp`, `params`, `step`, `history`; tests may pass a `prior`).
+After assembly each rule's `finish` may add fields to the batch. `active_rules(config)`
+lists the rules a config turns on: 'dapo_dynamic' with `rl.dynamic_sampling`, 'v05_extra' with
+`rl.advantage='v05'`, 'allocation_probe' (rl_jax/train/allocate.py) with `rl.allocation.probe`
+> 0, and any names in `rl.round_rules`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from rl_jax.registry import Registry
+from rl_jax.rl import losses
+
+ROUND_RULES = Registry("round rule")
+FRESH = "fresh"
+
+
+@dataclasses.dataclass
+class Pool:
+  """The rows of a step's generation rounds so far.
+
+  rollouts / shaped / raw: per round, the host `Rollout` and its shaped and raw rewards [R_k, K].
+  slot_rows: per slot, indices into the rounds' rows concatenated (valid rows only).
+  slot_prompt: per slot, the prompt id (-1 when the engine did not say).
+  """
+
+  rollouts: list = dataclasses.field(default_factory=list)
+  shaped: list = dataclasses.field(default_factory=list)
+  raw: list = dataclasses.field(default_factory=list)
+  slot_rows: list = dataclasses.field(default_factory=list)
+  slot_prompt: list = dataclasses.field(default_factory=list)
+  _offset: int = 0
+
+  def add(self, rollout, shaped, raw, slots: np.ndarray, prompt_ids: Optional[np.ndarray]):
+    """Adds a round. Row r joins slot `slots[rollout.group[r]]` (-1 = a new slot); rows with
+    valid=False join no slot. Returns the slot of each request of the round."""
+    group, valid = np.asarray(rollout.group), np.asarray(rollout.valid)
+    targets = []
+    for b, s in enumerate(np.asarray(slots, np.int64)):
+      if s < 0:
+        s = len(self.slot_rows)
+        self.slot_rows.append(np.zeros(0, np.int64))
+        self.slot_prompt.append(-1 if prompt_ids is None else int(prompt_ids[b]))
+      rows = np.flatnonzero((group == b) & valid) + self._offset
+      self.slot_rows[s] = np.concatenate([self.slot_rows[s], rows])
+      targets.append(s)
+    self.rollouts.append(rollout)
+    self.shaped.append(np.asarray(shaped, np.float32))
+    self.raw.append(np.asarray(raw, np.float32))
+    self._offset += len(group)
+    return np.asarray(targets, np.int64)
+
+  @property
+  def num_slots(self) -> int:
+    return len(self.slot_rows)
+
+  def all_shaped(self) -> np.ndarray:
+    return np.concatenate(self.shaped)
+
+  def all_raw(self) -> np.ndarray:
+    return np.concatenate(self.raw)
+
+  def sizes(self) -> np.ndarray:
+    return np.asarray([len(r) for r in self.slot_rows], np.int64)
+
+  def informative(self, weights, multi_reward: bool) -> np.ndarray:
+    """bool [slots]: the slot's estimator input is not constant over its rows (scalar estimators
+    see `Σ_k w_k r_k`, multi-reward ones each component)."""
+    r = self.all_shaped()
+    w = np.ones(r.shape[1], np.float32) if not weights else np.asarray(weights, np.float32)
+    cols = r if multi_reward else (r @ w)[:, None]
+    out = np.zeros(self.num_slots, bool)
+    for s, rows in enumerate(self.slot_rows):
+      if len(rows):
+        x = cols[rows].T[None]  # [1, K', n]
+        out[s] = bool(np.asarray(losses.dapo_informative_groups(x, np.ones(x.shape, bool))).any())
+    return out
+
+
+def active_rules(config) -> tuple[str, ...]:
+  rl = config.rl
+  names = (("dapo_dynamic",) if rl.dynamic_sampling else ()) + (
+      ("v05_extra",) if rl.advantage == "v05" else ()) + (
+      ("allocation_probe",) if "allocation" in rl and rl.allocation.probe else ()) + tuple(
+          rl.round_rules)
+  for name in names:
+    if name not in ROUND_RULES:
+      raise ValueError(f"config.rl.round_rules names an unknown round rule {name!r}; expected "
+                       f"one of {list(ROUND_RULES.names())}")
+  return names
+
+
+def make_rules(config, context: dict) -> list:
+  return [ROUND_RULES.get(name)(config, context) for name in active_rules(config)]
+
+
+class RoundRule:
+  """Base: asks for nothing, selects nothing, reports no metrics."""
+
+  def after_round(self, pool: Pool, round_idx: int):
+    """None, `FRESH`, or a `planner.Requests` with `slots` set (extra rows for those slots)."""
+    del pool, round_idx
+    return None
+
+  def select(self, pool: Pool, num_slots: int):
+    """None, or (slots int [B], keep bool [B]): the batch's slots and which are kept."""
+    del pool, num_slots
+    return None
+
+  def finish(self, pool: Pool, batch, slots: np.ndarray):
+    """The assembled batch (Rollout; batch row group b < B is pool slot `slots[b]`), possibly
+    with fields added (V0.5's per-row prior)."""
+    del pool, slots
+    return batch
+
+  def metrics(self) -> dict:
+    return {}
+
+
+@ROUND_RULES.register("dapo_dynamic")
+class DapoDynamic(RoundRule):
+  """DAPO dynamic sampling (ALGORITHMS.md §2.2): groups whose rewards are all equal carry no
+  gradient; fresh rounds of B prompts are drawn until B informative groups exist (or
+  `max_gen_rounds`). The batch: informative groups in round order, then dropped groups marked
+  kept=False (loss weight 0)."""
+
+  def __init__(self, config, context):
+    del context
+    rl = config.rl
+    self.weights = tuple(rl.reward_weights)
+    self.multi = rl.advantage in ("gdpo", "gdpo_verl")
+    self.num = rl.prompts_per_step
+    self.kept = 0
+
+  def after_round(self, pool, round_idx):
+    del round_idx
+    return None if pool.informative(self.weights, self.multi).sum() >= self.num else FRESH
+
+  def select(self, pool, num_slots):
+    inf = pool.informative(self.weights, self.multi)
+    picks, fillers = np.flatnonzero(inf), np.flatnonzero(~inf)
+    self.kept = min(len(picks), num_slots)
+    chosen = np.concatenate([picks[:self.kept], fillers[:num_slots - self.kept]])
+    return chosen.astype(np.int64), np.arange(num_slots) < self.kept
+
+  def metrics(self):
+    return {"kept_groups": self.kept}
+
+
+@ROUND_RULES.register("v05_extra")
+class V05Extra(RoundRule):
+  """V0.5's extra rounds and per-row prior (ALGORITHMS.md §4.2, RECONSTRUCTED; `value.v05`).
+
+  After each round every slot is tested against its prior p0 (successes = first raw reward
+  component > `rl.success_threshold`); a rejected slot below n_max asks for its group to be
+  doubled (capped at n_max). The rows of a step are limited by the batch (R_max = `rl.rows`):
+  rejected slots are served in order of |z| (largest first) while rows remain; the rest keep
+  their rows and use the empirical mean. `finish` writes (p0, w) per row into `batch.prior`,
+  w = 0 for slots whose prior is rejected at their final size.
+
+  The prior (`config.rl.v05.prior`, `value.priors`) sees the history of earlier steps only
+  (`history.truncate(step)`), never the rollouts it is tested against; `context['prior']`
+  replaces it (tests).
+  """
+
+  def __init__(self, config, context):
+    from rl_jax.train import planner  # pylint: disable=import-outside-toplevel
+    from rl_jax.value import priors, v05  # pylint: disable=import-outside-toplevel
+    from rl_jax.value.history import RolloutHistory  # pylint: disable=import-outside-toplevel
+    self.v05, self.opts = v05, config.rl.v05
+    self.threshold = config.rl.success_threshold
+    self.rows = planner.batch_rows(config)
+    self.params = context.get("params")
+    self.prior = context.get("prior")
+    if self.prior is None:
+      history = context.get("history")
+      past = RolloutHistory() if history is None else history.truncate(context.get("step", 0))
+      self.prior = priors.make(self.opts.prior, context["exp"], past)
+    self.p0 = np.zeros(0)
+    self.s2 = np.zeros(0)
+    self.first_reject = np.zeros(0, bool)
+    self.extra_rows = 0
+    self.short = 0
+    self._metrics = {}
+
+  def _kn(self, pool):
+    raw = pool.all_raw()
+    k = np.asarray([(raw[r, 0] > self.threshold).sum() for r in pool.slot_rows], np.int64)
+    return k, pool.sizes()
+
+  def _predict(self, pool):
+    new = np.arange(len(self.p0), pool.num_slots)
+    if len(new):
+      p0, s2 = self.prior.predict(self.params, np.asarray(pool.slot_prompt)[new])
+      s2 = np.full(len(new), self.opts.sigma0_sq) if self.opts.sigma0_sq > 0 else s2
+      self.p0 = np.concatenate([self.p0, np.asarray(p0, np.float64)])
+      self.s2 = np.concatenate([self.s2, np.asarray(s2, np.float64)])
+
+  def _reject(self, k, n, p0):
+    o = self.opts
+    return self.v05.reject(k, np.maximum(n, 1), p0, alpha=o.alpha, test=o.test,
+                           clip=tuple(o.p0_clip)) & (n > 0)
+
+  def after_round(self, pool, round_idx):
+    from rl_jax.train import planner  # pylint: disable=import-outside-toplevel
+    self._predict(pool)
+    k, n = self._kn(pool)
+    rejected = self._reject(k, n, self.p0)
+    if round_idx == 1:
+      self.first_reject = rejected.copy()
+    want = np.asarray([self.v05.next_size(m, self.opts.n_max) - m for m in n])
+    ask = np.flatnonzero(rejected & (want > 0))
+    if not len(ask):
+      return None
+    z = np.abs(self.v05.z_statistic(k[ask], np.maximum(n[ask], 1), self.p0[ask],
+                                    tuple(self.opts.p0_clip)))
+    left = self.rows - int(n.sum())
+    slots, counts = [], []
+    for s in ask[np.argsort(-z, kind="stable")]:
+      if want[s] <= left:
+        slots.append(s)
+        counts.append(want[s])
+        left -= want[s]
+      else:
+        self.short += 1
+    if not slots:
+      return None
+    self.extra_rows += int(sum(counts))
+    slots = np.asarray(slots, np.int64)
+    return planner.Requests(np.asarray(pool.slot_prompt)[slots], counts, slots)
+
+  def finish(self, pool, batch, slots):
+    self._predict(pool)
+    k, n = self._kn(pool)
+    o = self.opts
+    rejected = self._reject(k, n, self.p0)
+    w = np.where(rejected, 0.0, self.v05.fusion_weight(self.p0, self.s2, np.maximum(n, 1),
+                                                       form=o.fusion, clip=tuple(o.p0_clip)))
+    group = np.asarray(batch.group)
+    inside = (group < len(slots)) & np.asarray(batch.valid)
+    slot_of = np.asarray(slots)[np.minimum(group, len(slots) - 1)]
+    prior = np.zeros((len(group), 2), np.float32)
+    prior[inside, 0] = self.p0[slot_of[inside]]
+    prior[inside, 1] = w[slot_of[inside]]
+    chosen = np.asarray(slots)
+    first = self.first_reject if len(self.first_reject) else rejected
+    self._metrics = {
+        "v05/rejected_frac": float(first[chosen].mean()),
+        "v05/rejected_final_frac": float(rejected[chosen].mean()),
+        "v05/extra_rows": self.extra_rows, "v05/short": self.short,
+        "v05/w_mean": float(w[chosen].mean()), "v05/p0_mean": float(self.p0[chosen].mean()),
+        "v05/sigma0_sq_mean": float(self.s2[chosen].mean()),
+        "v05/group_size_mean": float(n[chosen].mean())}
+    return batch.replace(prior=prior)
+
+  def metrics(self):
+    return dict(self._metrics)

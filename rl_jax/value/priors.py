@@ -1,0 +1,112 @@
+"""Priors of a prompt's success rate before its rollouts: p0 and its error variance sigma0^2.
+
+V0.5 (ALGORITHMS.md §4.2) fuses a prior with a few rollouts; the allocators may read one too
+(`config.rl.allocator_prior`). A prior is any object with
+
+    predict(params, prompt_ids) -> (p0 [B], sigma0_sq [B])   (float64 numpy)
+
+built by a factory registered in `PRIORS`: `make(exp, history) -> prior`, where `exp` is the
+run's `train.experiment.Experiment` (its config, task, tokenizer, model) and `history` the run's
+live `value.history.RolloutHistory` (read at `predict` time, so the prior follows the policy).
+The `v0` prior (rl_jax/value/, V0's in-context head) registers here with the same method.
+
+The two simple priors here are ours ([R]: ALGORITHMS.md has no rule for them):
+
+* `global_mean`: p0 = the history's mean success rate, Beta(1, 1)-smoothed; sigma0^2 = the
+  method-of-moments variance of the prompts' true rates around it (the variance of per-prompt
+  rates minus their mean binomial noise p(1-p)/(n-1)), at least `min_var`; p0(1-p0) (no
+  information) while the history has fewer than two sampled prompts.
+* `history`: the prompt's own past rate shrunk to the global mean with `pseudo_count` κ
+  pseudo-rollouts, p0 = (s + κ·m)/(a + κ); sigma0^2 = the Beta posterior variance
+  p0(1-p0)/(a + κ + 1) (+ the global prior's variance scaled by κ/(a+κ) for the shrinkage part).
+  An unseen prompt gets the `global_mean` prior.
+
+Both read only records of the last `window` policy steps (`config.rl.v05.prior_window`, 0 = all).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rl_jax.registry import Registry
+from rl_jax.value.history import RolloutHistory
+
+PRIORS = Registry("prior")
+
+
+def make(name: str, exp, history: RolloutHistory):
+  """The prior registered as `name` for this run (ValueError naming config.rl.v05.prior)."""
+  if name not in PRIORS:
+    raise ValueError(f"unknown prior {name!r} (config.rl.v05.prior / config.rl.allocator_prior); "
+                     f"expected one of {list(PRIORS.names())}")
+  return PRIORS.get(name)(exp, history)
+
+
+def _since(history: RolloutHistory, window: int) -> int:
+  rec = history.records()
+  if not window or not len(rec):
+    return 0
+  return int(rec["step"].max()) + 1 - window
+
+
+def global_stats(history: RolloutHistory, since_step: int = 0,
+                 min_var: float = 1e-3) -> tuple[float, float]:
+  """(m, v): Beta(1,1)-smoothed mean success rate of the history's records with
+  step >= since_step, and the between-prompt variance of true rates (≥ min_var; m(1-m) when
+  fewer than two prompts were sampled)."""
+  rec = history.records()
+  rec = rec[rec["step"] >= since_step]
+  att, suc = int(rec["attempts"].sum()), int(rec["successes"].sum())
+  m = (suc + 1.0) / (att + 2.0)
+  ids = np.unique(rec["prompt_id"])
+  if len(ids) < 2:
+    return m, m * (1.0 - m)
+  a, s = history.stats(ids, since_step=since_step)
+  a, s = a[a > 0].astype(np.float64), s[a > 0].astype(np.float64)
+  rates = s / a
+  noise = np.mean(rates * (1.0 - rates) / np.maximum(a - 1.0, 1.0))
+  return m, float(np.clip(np.var(rates) - noise, min_var, m * (1.0 - m)))
+
+
+class GlobalMean:
+  """p0 = the history's mean success rate for every prompt (see the module docstring)."""
+
+  def __init__(self, history: RolloutHistory, window: int = 0):
+    self.history, self.window = history, window
+
+  def predict(self, params, prompt_ids):
+    del params
+    n = len(np.asarray(prompt_ids).reshape(-1))
+    m, v = global_stats(self.history, _since(self.history, self.window))
+    return np.full(n, m), np.full(n, v)
+
+
+class PromptHistory:
+  """p0 = the prompt's own past rate shrunk to the global mean (see the module docstring)."""
+
+  def __init__(self, history: RolloutHistory, window: int = 0, pseudo_count: float = 2.0):
+    if pseudo_count <= 0:
+      raise ValueError(f"config.rl.v05.prior_pseudo_count must be > 0, got {pseudo_count}")
+    self.history, self.window, self.kappa = history, window, float(pseudo_count)
+
+  def predict(self, params, prompt_ids):
+    del params
+    since = _since(self.history, self.window)
+    m, v = global_stats(self.history, since)
+    a, s = (x.astype(np.float64) for x in self.history.stats(prompt_ids, since_step=since))
+    k = self.kappa
+    p0 = (s + k * m) / (a + k)
+    shrink = k / (a + k)
+    var = p0 * (1.0 - p0) / (a + k + 1.0) + shrink ** 2 * v
+    return p0, np.where(a > 0, var, v)
+
+
+@PRIORS.register("global_mean")
+def _global_mean(exp, history):
+  return GlobalMean(history, exp.config.rl.v05.prior_window)
+
+
+@PRIORS.register("history")
+def _history(exp, history):
+  v = exp.config.rl.v05
+  return PromptHistory(history, v.prior_window, v.prior_pseudo_count)

@@ -1,0 +1,177 @@
+"""The planner -> engine -> round rules loop: ragged rows in static shapes, history records,
+extra rounds, and the ragged advantage path (equal to the dense one on the same groups)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rl_jax.metrics import MetricsWriter, read_metrics
+from rl_jax.train import experiment, phases, planner, rl_inputs, round_rules, rounds, rollouts
+from rl_jax.train.steps import RLHyper
+from rl_jax.types import Rollout
+from rl_jax.value.history import RolloutHistory
+
+T = 3
+
+
+def test_layout_packs_requests_and_pads():
+  group, valid = planner.layout(np.array([2, 0, 3]), 8)
+  np.testing.assert_array_equal(group, [0, 0, 2, 2, 2, 3, 3, 3])
+  np.testing.assert_array_equal(valid, [1, 1, 1, 1, 1, 0, 0, 0])
+  with pytest.raises(ValueError, match="ask for 5 rows but the batch holds 4"):
+    planner.layout(np.array([2, 3]), 4)
+  with pytest.raises(ValueError, match="counts must be >= 0"):
+    planner.Requests([1, 2], [1, -1])
+  with pytest.raises(ValueError, match="one length"):
+    planner.Requests([1, 2], [1])
+  assert [planner.engine_rows(n, 12) for n in (1, 2, 3, 5, 9, 12)] == [1, 2, 4, 8, 12, 12]
+
+
+def _rows(group, valid, first_token=0):
+  n = len(group)
+  tokens = np.tile((first_token + np.arange(n))[:, None], (1, T)).astype(np.int32)
+  return Rollout(prompt_tokens=np.ones((n, 2), np.int32), prompt_mask=np.ones((n, 2), bool),
+                 tokens=tokens, mask=np.ones((n, T), bool), logp=np.zeros((n, T), np.float32),
+                 group=np.asarray(group, np.int32), valid=np.asarray(valid, bool))
+
+
+@pytest.fixture
+def ragged_config(smoke_config):
+  smoke_config.rl.update(prompts_per_step=3, group_size=2, max_group_size=4, rows=10)
+  return smoke_config
+
+
+def test_ragged_collect_packs_rows_and_records_history(ragged_config):
+  """Counts [3, 1, 2] in 8 engine rows -> a 10-row batch, padding invalid with reward 0."""
+  group, valid = planner.layout(np.array([3, 1, 2]), 8)
+  r = np.array([1, 0, 1, 1, 0, 0, 9, 9], np.float32)[:, None]
+  draw = lambda k: (_rows(group, valid), r, {}, np.array([7, 8, 9]))
+  history = RolloutHistory()
+  batch, rewards, metrics = rounds.collect(draw, ragged_config, history=history, step=5)
+  np.testing.assert_array_equal(batch.group, [0, 0, 0, 1, 2, 2, 3, 3, 3, 3])
+  np.testing.assert_array_equal(batch.valid, [1] * 6 + [0] * 4)
+  assert not batch.mask[6:].any() and batch.mask[:6].all()
+  np.testing.assert_array_equal(rewards[:, 0], [1, 0, 1, 1, 0, 0, 0, 0, 0, 0])
+  assert metrics["gen_rounds"] == 1 and metrics["reward_task_score"] == 0.5
+  rec = history.records()
+  assert rec.tolist() == [(7, 5, 3, 2), (8, 5, 1, 1), (9, 5, 2, 0)]
+
+
+class _TopUp(round_rules.RoundRule):
+  """A test rule: once, asks 2 more rows for every slot with fewer than 3."""
+
+  def __init__(self, config, context):
+    del config, context
+    self.asked = False
+
+  def after_round(self, pool, round_idx):
+    if self.asked:
+      return None
+    self.asked = True
+    small = np.flatnonzero(pool.sizes() < 3)
+    return planner.Requests(np.asarray(pool.slot_prompt)[small], np.full(len(small), 2), small)
+
+
+if "_test_top_up" not in round_rules.ROUND_RULES:
+  round_rules.ROUND_RULES.register("_test_top_up")(_TopUp)
+
+
+def test_extra_rows_join_their_slots(ragged_config):
+  ragged_config.rl.round_rules = ("_test_top_up",)
+  group, valid = planner.layout(np.array([3, 1, 2]), 6)
+  draw = lambda k: (_rows(group, valid), np.arange(6, dtype=np.float32)[:, None], {},
+                    np.array([7, 8, 9]))
+  asked = []
+
+  def extend(k, requests):
+    asked.append((k, requests.prompt_ids.tolist(), requests.slots.tolist()))
+    g, v = planner.layout(requests.counts, 4)
+    return _rows(g, v, 100), 100 + np.arange(4, dtype=np.float32)[:, None], {}
+
+  history = RolloutHistory()
+  batch, rewards, metrics = rounds.collect(draw, ragged_config, extend=extend,
+                                           history=history, step=1)
+  assert asked == [(1, [8, 9], [1, 2])]
+  assert metrics["gen_rounds"] == 2
+  # Slot 0: rows 0-2; slot 1: row 3 + extra rows 100, 101; slot 2: rows 4, 5 + 102, 103.
+  np.testing.assert_array_equal(batch.tokens[:, 0], [0, 1, 2, 3, 100, 101, 4, 5, 102, 103])
+  np.testing.assert_array_equal(batch.group, [0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+  np.testing.assert_array_equal(rewards[:, 0], [0, 1, 2, 3, 100, 101, 4, 5, 102, 103])
+  assert history.stats([7, 8, 9])[0].tolist() == [3, 3, 4]
+
+
+def test_ragged_advantages_equal_dense_groups():
+  """Rows in any order with a group id == the dense [B, G_max] + valid estimator, row by row."""
+  rng = np.random.default_rng(0)
+  b, gm = 3, 4
+  counts = np.array([4, 1, 3])
+  r_dense = rng.normal(size=(b, gm)).astype(np.float32)
+  v_dense = np.arange(gm)[None, :] < counts[:, None]
+  rows = [(i, j) for i in range(b) for j in range(counts[i])]
+  order = rng.permutation(len(rows))
+  group = np.array([rows[o][0] for o in order] + [b, b], np.int32)
+  rank = [rows[o][1] for o in order]
+  rewards = np.array([r_dense[i, j] for i, j in (rows[o] for o in order)] + [5.0, 5.0],
+                     np.float32)
+  valid = np.arange(len(group)) < len(rows)
+  t = 2
+  ro = Rollout(prompt_tokens=np.zeros((10, 1), np.int32), prompt_mask=np.ones((10, 1), bool),
+               tokens=np.zeros((10, t), np.int32), mask=np.ones((10, t), bool),
+               logp=np.zeros((10, t), np.float32), group=group, valid=valid)
+  for name in ("grpo", "rloo", "drgrpo"):
+    ragged = RLHyper(group_size=2, advantage=name, num_groups=b, max_group_size=gm)
+    adv, weight, _ = rl_inputs.advantages(rewards, ro, ragged)
+    dense_ro = Rollout(prompt_tokens=np.zeros((b * gm, 1), np.int32),
+                       prompt_mask=np.ones((b * gm, 1), bool),
+                       tokens=np.zeros((b * gm, t), np.int32), mask=np.ones((b * gm, t), bool),
+                       logp=np.zeros((b * gm, t), np.float32),
+                       group=np.repeat(np.arange(b), gm).astype(np.int32),
+                       valid=v_dense.reshape(-1))
+    want, want_w, _ = rl_inputs.advantages(r_dense.reshape(-1), dense_ro,
+                                           RLHyper(group_size=gm, advantage=name))
+    want, want_w = np.asarray(want).reshape(b, gm), np.asarray(want_w).reshape(b, gm)
+    for row, (o, k) in enumerate(zip(order, rank)):
+      i = rows[o][0]
+      assert adv[row] == want[i, k] and weight[row] == want_w[i, k], (name, row)
+    assert (np.asarray(adv)[~valid] == 0).all() and (np.asarray(weight)[~valid] == 0).all()
+  with pytest.raises(ValueError, match="needs a tree rollout"):
+    rl_inputs.advantages(rewards, ro, RLHyper(group_size=2, advantage="treerl_code",
+                                              num_groups=b, max_group_size=gm))
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("rows", 8, "rows=8 needs the ragged layout; expected"),
+    ("allocator", "knapsack", "max_group_size"),
+    ("max_group_size", 2, "below config.rl.group_size"),
+    ("round_rules", ("nope",), "unknown round rule 'nope'"),
+    ("success_threshold", 1.0, "success_threshold"),
+])
+def test_planner_config_errors(smoke_config, field, value, match):
+  smoke_config.rl[field] = value
+  if field == "max_group_size":
+    smoke_config.rl.group_size = 4
+  with pytest.raises(ValueError, match=match):
+    rollouts.check_config(smoke_config)
+
+
+def test_rl_phase_on_ragged_batches(smoke_config, tmp_path):
+  """The real engine in R_max rows (uniform counts, but ragged layout and padding) through the
+  RL phase: static shapes, history written, finite metrics."""
+  smoke_config.rl.update(steps=2, eval_every=0, max_group_size=6, rows=20)
+  exp = experiment.build(smoke_config, str(tmp_path))
+  params = phases.init_params(exp)
+  history = RolloutHistory()
+  batch, rewards, metrics = rollouts.rollout(exp, params, 0, history=history)
+  assert batch.tokens.shape == (20, smoke_config.sampling.max_new_tokens)
+  np.testing.assert_array_equal(batch.valid, np.arange(20) < 16)
+  np.testing.assert_array_equal(batch.group[:16], np.repeat(np.arange(4), 4))
+  assert (rewards[16:] == 0).all() and metrics["engine_rows"] == 20
+  assert len(history) == 4 and (history.records()["attempts"] == 4).all()
+  with MetricsWriter(tmp_path) as writer:
+    phases.rl(exp, params, writer)
+  records = [r for r in read_metrics(tmp_path) if r["phase"] == "rl"]
+  assert [r["step"] for r in records] == [1, 2]
+  assert all(np.isfinite(v) for r in records for v in r.values() if isinstance(v, float))
+  saved = RolloutHistory.from_jsonl(tmp_path / phases.HISTORY_FILE)
+  assert len(saved) == 8 and sorted(set(saved.records()["step"].tolist())) == [0, 1]
