@@ -210,3 +210,15 @@ def test_rl_phase_resumed_allocates_as_uninterrupted(smoke_config_factory, tmp_p
   assert "alloc/effective_groups" in recs["a"][4]
   h = [RolloutHistory.from_jsonl(tmp_path / d / phases.HISTORY_FILE) for d in "ab"]
   assert h[0] == h[1] and len(set(h[0].records()["prompt_id"].tolist())) <= 12
+
+
+def test_allocation_sweep_applies_to_the_ladder_config():
+  from experiments.sweeps import allocation as sweep  # pylint: disable=import-outside-toplevel
+  runs = sweep.get_sweep()
+  assert len(runs) == len(sweep.VARIANTS) * 3
+  for run in runs:
+    c = ladder.get_config()
+    c.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
+    config_check.check(c)  # A mistyped key raises above, a bad value here.
+    budget = allocate.budget_from_config(c)
+    assert budget.total <= 32 * 8 and budget.total == 32 * c.rl.group_size
