@@ -22,7 +22,8 @@ of freedom) of:
   * AUC: the area under accuracy vs rollout tokens over [0, T], T the smallest final token count
     of all runs (the same range for every variant), divided by T, i.e. the mean accuracy over
     the first T tokens;
-plus the means of sampled accuracy, SFT accuracy, rollout tokens, RL and wall seconds. The second
+plus the means of sampled accuracy, SFT accuracy, rollout tokens, the share of rollout rows with
+zero advantage (`zero_adv_share`), RL and wall seconds. The second
 table lists every run. An interval that contains 0 (difference) or overlaps the baseline's is
 within seed noise. The PNG plots accuracy against cumulative rollout tokens and RL seconds.
 
@@ -66,6 +67,7 @@ COLUMNS = (("greedy acc", "rl_accuracy", "{:.3f}"),
            ("sampled acc", "rl_sampled_accuracy", "{:.3f}"),
            ("SFT greedy", "sft_accuracy", "{:.3f}"),
            ("rollout tokens", "rollout_tokens", "{:,.0f}"),
+           ("zero-adv rows", "zero_adv_share", "{:.3f}"),
            ("RL s", "rl_train_seconds", "{:.0f}"),
            ("wall s", "wall_seconds", "{:.0f}"))
 
@@ -85,8 +87,19 @@ def load_run(workdir: str) -> dict:
     curve.append((rl[-1]["step"], float(tokens[-1]), float(seconds[-1]), summary["rl_accuracy"]))
   name = os.path.basename(os.path.normpath(workdir))
   return dict({k: summary.get(k, float("nan")) for _, k, _ in COLUMNS}, name=name,
+              zero_adv_share=zero_adv_share(rl),
               variant=_SEED_SUFFIX.sub("", name), seed=summary.get("seed"),
               rollout_tokens=float(tokens[-1]) if len(tokens) else 0.0, curve=curve)
+
+
+def zero_adv_share(rl_records: list[dict]) -> float:
+  """Mean over RL steps of the share of rollout rows in groups whose rewards are all equal (no
+  GRPO gradient): `alloc/zero_var_share` where logged, else 1 - `informative_frac` (the share of
+  groups with a non-zero advantage, equal to the row share when groups have equal sizes)."""
+  vals = [r["alloc/zero_var_share"] if "alloc/zero_var_share" in r else
+          1.0 - r["informative_frac"] for r in rl_records
+          if "alloc/zero_var_share" in r or "informative_frac" in r]
+  return float(np.mean(vals)) if vals else float("nan")
 
 
 def find_runs(patterns: list[str]) -> list[dict]:
@@ -184,7 +197,7 @@ def efficiency(runs: list[dict], baseline: str | None = None,
         to_target=interval(reach) if all(np.isfinite(reach)) else (float("nan"), float("nan")),
         auc=interval([auc(r["curve"], max_tokens) for r in group]) if max_tokens > 0 else
         (float("nan"), float("nan")),
-        means={k: float(np.mean([r[k] for r in group])) for _, k, _ in COLUMNS})
+        means={k: float(np.mean([r.get(k, np.nan) for r in group])) for _, k, _ in COLUMNS})
   return dict(variants=out, baseline=baseline, target=target, baseline_final=mean_final,
               auc_tokens=max_tokens)
 
@@ -209,7 +222,7 @@ def markdown(runs: list[dict], baseline: str | None = None, target: float | None
   head = [f"| {' | '.join(t for t, _, _ in COLUMNS)} |", "|" + "---:|" * len(COLUMNS)]
   lines += ["", "| run | seed " + head[0], "|---|---:" + head[1]]
   for r in runs:
-    cells = [fmt.format(r[k]) for _, k, fmt in COLUMNS]
+    cells = [fmt.format(r.get(k, float("nan"))) for _, k, fmt in COLUMNS]
     lines.append(f"| {r['name']} | {r['seed']} | {' | '.join(cells)} |")
   return "\n".join(lines) + "\n"
 

@@ -116,3 +116,10 @@ def test_ladder_gate_table(tmp_path):
   assert "(is 0.0486) | **no** |" in text
   with pytest.raises(ValueError, match="per-stratum"):
     report.ladder_tables([_write(tmp_path, "plain", {"seed": 0})])
+
+
+def test_zero_adv_share_prefers_the_allocation_metric():
+  recs = [{"alloc/zero_var_share": 0.5, "informative_frac": 0.9}, {"informative_frac": 0.75},
+          {"loss": 1.0}]
+  assert report.zero_adv_share(recs) == pytest.approx(0.375)
+  assert np.isnan(report.zero_adv_share([]))

@@ -7,6 +7,7 @@ import dataclasses
 import ml_collections
 
 from rl_jax import models
+from rl_jax.rl import allocation as allocation_lib
 
 
 def model(preset: str) -> ml_collections.ConfigDict:
@@ -21,6 +22,27 @@ def model(preset: str) -> ml_collections.ConfigDict:
             if f.default is not dataclasses.MISSING}
   fields.update(vocab_size=0, **models.PRESETS[preset])
   fields.update(path="")
+  return ml_collections.ConfigDict(fields)
+
+
+def allocation() -> ml_collections.ConfigDict:
+  """Budget allocation across prompts (`config.rl.allocator`; rl_jax/rl/allocation).
+
+  The budget is prompts_per_step x group_size rows per step (group_size = the mean rows per
+  prompt); a prompt gets between min_n and max_group_size rows (group_size when that is 0).
+  probe: two-stage allocation within the step: `probe` rows per prompt first, then the rest of
+    the budget by the allocator with the probe's outcomes added to the prompt's history (0 = the
+    allocator sees the history only). min_n must equal probe when probe > 0.
+  history_steps: the allocator sees the history of the last `history_steps` steps (0 = all).
+  candidates: prompts drawn per step for data-selection allocators (vade, insight), of which
+    prompts_per_step enter the batch (0 = 4 x prompts_per_step).
+  One sub-dict per allocator holds its options (defaults = the dataclass fields).
+  """
+  fields = dict(min_n=1, probe=0, history_steps=0, candidates=0)
+  for name in allocation_lib.ALLOCATORS.names():
+    cls = allocation_lib.ALLOCATORS.get(name)
+    fields[name] = ml_collections.ConfigDict(
+        {f.name: f.default for f in dataclasses.fields(cls)})
   return ml_collections.ConfigDict(fields)
 
 
@@ -100,12 +122,17 @@ def base() -> ml_collections.ConfigDict:
       rollout="iid",
       # Planner (rl_jax/train/planner.py). max_group_size G_max > 0 turns on ragged groups: the
       # batch is `rows` R_max rows (0 = prompts_per_step * group_size), prompt b gets n_b <= G_max
-      # of them from `allocator` (rl_jax.rl.allocation; 'uniform' = group_size each) with
-      # `allocator_options`; allocator_prior: a prior (rl_jax.value.priors) whose p_hat /
+      # of them from `allocator` (rl_jax.rl.allocation, ALGORITHMS.md §6; 'uniform' =
+      # group_size each) with the budget B x group_size rows and the options of `allocation`
+      # (`allocation()` above); allocator_prior: a prior (rl_jax.value.priors) whose p_hat /
       # sigma0_sq the allocator sees ('' = none). round_rules: extra round rules
-      # (rl_jax/train/round_rules.py) besides those dynamic_sampling and advantage='v05' add.
-      rows=0, max_group_size=0, allocator="uniform",
-      allocator_options=ml_collections.ConfigDict(), allocator_prior="", round_rules=(),
+      # (rl_jax/train/round_rules.py) besides those dynamic_sampling, advantage='v05' and
+      # allocation.probe add.
+      rows=0, max_group_size=0, allocator="uniform", allocation=allocation(),
+      allocator_prior="", round_rules=(),
+      # RL draws its prompts from the first prompt_pool train problems only (0 = all), so that
+      # prompts repeat and per-prompt history builds up; the SFT phase is unaffected.
+      prompt_pool=0,
       # Rollout history (rl_jax/value/history.py): a rollout succeeds when its first reward
       # component exceeds success_threshold.
       success_threshold=0.5,

@@ -173,7 +173,10 @@ def check(config: ml_collections.ConfigDict) -> None:
   rl = _get(config, "rl")
   if rl is not _MISSING and "rewards" in rl:
     from rl_jax.train import rollouts  # pylint: disable=g-import-not-at-top (a cycle otherwise)
+    from rl_jax.train import allocate  # pylint: disable=g-import-not-at-top
     try:
+      if "allocation" in rl:
+        allocate.check_config(config)
       rollouts.check_config(config)
     except ValueError as e:
       raise ConfigError(str(e)) from e

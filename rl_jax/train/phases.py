@@ -34,7 +34,8 @@ _log = logging.getLogger(__name__)
 
 # Integer tags that separate the random streams of different phases.
 PHASE_TAGS = {"sft": 1, "rl": rollouts.RL_TAG, "sft_more": 3, "eval": 4,
-              "rl_round": rollouts.EXTRA_ROUND_TAG, "rl_extend": rollouts.EXTEND_TAG}
+              "rl_round": rollouts.EXTRA_ROUND_TAG, "rl_extend": rollouts.EXTEND_TAG,
+              "rl_alloc": rollouts.allocate.ALLOC_TAG}
 
 
 # The RL phase's rollout history, exported when the phase ends (`value.history` JSON lines).

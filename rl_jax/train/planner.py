@@ -198,20 +198,21 @@ def round_key(exp, tag: int, step: int, round_idx: int):
   return key if round_idx == 0 else jax.random.fold_in(key, round_idx)
 
 
-def allocate(config, stats: PromptStats) -> np.ndarray:
-  """Rows per prompt [B] from `config.rl.allocator` with budget B·G (the uniform batch's rows).
+def allocate(config, stats: PromptStats, round_idx: int = 0) -> np.ndarray:
+  """Rows per candidate prompt [C] (0 = not in the batch) from `config.rl.allocator` with the
+  budget B·G (the uniform batch's rows) and the options `config.rl.allocation.<name>`.
 
-  'uniform' is G each; any other name is looked up in `rl_jax.rl.allocation` (`allocate(name,
-  stats, budget, **config.rl.allocator_options)`). The counts are checked against the batch:
-  n_b <= G_max and sum <= R_max.
+  'uniform' is G each; any other name goes through `rl_jax.train.allocate.round_counts`
+  (history statistics, `p_hat` from `stats.predictions`, a two-stage probe when
+  `allocation.probe` > 0). The counts are checked against the batch: n_b <= G_max and
+  sum <= R_max.
   """
   rl = config.rl
   b = len(stats.prompt_ids)
   if rl.allocator == "uniform":
     return np.full(b, rl.group_size, np.int64)
-  from rl_jax.rl import allocation  # pylint: disable=import-outside-toplevel
-  counts = np.asarray(allocation.allocate(rl.allocator, stats, b * rl.group_size,
-                                          **rl.allocator_options.to_dict()), np.int64)
+  from rl_jax.train import allocate as allocate_lib  # pylint: disable=import-outside-toplevel
+  counts = np.asarray(allocate_lib.round_counts(config, stats, round_idx), np.int64)
   g_max, r_max = max_group_size(config), batch_rows(config)
   if counts.shape != (b,) or (counts < 0).any() or (counts > g_max).any() or counts.sum() > r_max:
     raise ValueError(f"allocator {rl.allocator!r} returned counts {counts.tolist()}; expected "

@@ -42,7 +42,7 @@ from rl_jax import rewards as rewards_lib
 from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
 from rl_jax.sampling import eptree, latr
-from rl_jax.train import planner, rl_inputs, round_rules, rounds
+from rl_jax.train import allocate, planner, rl_inputs, round_rules, rounds
 from rl_jax.train.experiment import Experiment
 from rl_jax.types import Rollout
 
@@ -174,12 +174,20 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
   tag = RL_TAG if round_idx == 0 else EXTRA_ROUND_TAG
   rng = exp.host_rng(RL_TAG, step) if round_idx == 0 else exp.host_rng(tag, step, round_idx)
   key = planner.round_key(exp, tag, step, round_idx)
-  idx = (rng.choice(len(exp.train_prompts), rl.prompts_per_step, replace=False)
+  # rl.prompt_pool: draw from the first N train problems only (0 = all); data-selection
+  # allocators draw more candidates than prompts_per_step and keep B.
+  pool = rl.prompt_pool or len(exp.train_prompts)
+  idx = (rng.choice(pool, allocate.candidate_count(exp.config), replace=False)
          if stream is None else stream.next_indices())
   if planner.is_ragged(exp.config):
     stats = prompt_stats(exp, params, idx, step, history)
-    requests = planner.Requests(idx, planner.allocate(exp.config, stats))
-    return (*_engine_round(exp, params, requests, key, planner.batch_rows(exp.config)), idx)
+    counts = planner.allocate(exp.config, stats, round_idx)
+    idx, counts = idx[counts > 0], counts[counts > 0]
+    requests = planner.Requests(idx, counts)
+    rows = planner.batch_rows(exp.config)
+    if rl.allocation.probe:  # The probe round asks for B x probe rows only: decode no more.
+      rows = max(planner.engine_rows(requests.total, rows), requests.total)
+    return (*_engine_round(exp, params, requests, key, rows), idx)
   rows = np.repeat(idx, rl.group_size)
   sample = {"iid": _iid_rows, "latr": _latr_rows, "eptree": _eptree_rows}[rl.rollout]
   out, rewards, extra = sample(exp, params, idx, key, rng, step)
@@ -324,7 +332,9 @@ def rollout(exp: Experiment, params, step: int, stream=None, history=None):
   """The RL batch of `step`: (Rollout, rewards [R, K] float32, host metrics); `stream` as in
   `generation_round`; `history` (a `value.history.RolloutHistory`) receives every round's
   attempts and successes and feeds the allocator and the round rules."""
-  return rounds.collect(
+  batch, shaped, metrics = rounds.collect(
       lambda k: generation_round(exp, params, step, k, stream, history), exp.config,
       extend=lambda k, req: extend_round(exp, params, step, k, req), history=history, step=step,
       context={"exp": exp, "params": params})
+  metrics.update(allocate.batch_metrics(batch, shaped, exp.config))
+  return batch, shaped, metrics

@@ -14,7 +14,8 @@ Rules are registered in `ROUND_RULES` as factories `make(config, context) -> rul
 a dict with what some rules need (`exp`, `params`, `step`, `history`; tests may pass a `prior`).
 After assembly each rule's `finish` may add fields to the batch. `active_rules(config)`
 lists the rules a config turns on: 'dapo_dynamic' with `rl.dynamic_sampling`, 'v05_extra' with
-`rl.advantage='v05'`, and any names in `rl.round_rules`.
+`rl.advantage='v05'`, 'allocation_probe' (rl_jax/train/allocate.py) with `rl.allocation.probe`
+> 0, and any names in `rl.round_rules`.
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ class Pool:
 def active_rules(config) -> tuple[str, ...]:
   rl = config.rl
   names = (("dapo_dynamic",) if rl.dynamic_sampling else ()) + (
-      ("v05_extra",) if rl.advantage == "v05" else ()) + tuple(rl.round_rules)
+      ("v05_extra",) if rl.advantage == "v05" else ()) + (
+      ("allocation_probe",) if "allocation" in rl and rl.allocation.probe else ()) + tuple(
+          rl.round_rules)
   for name in names:
     if name not in ROUND_RULES:
       raise ValueError(f"config.rl.round_rules names an unknown round rule {name!r}; expected "

@@ -1,0 +1,225 @@
+"""Allocation glue: config checks, history -> statistics, per-step allocation metrics."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments.configs import ladder
+from rl_jax.metrics import MetricsWriter, read_metrics
+from rl_jax.train import allocate, config_check, experiment, phases, rollouts
+from rl_jax.value.history import RolloutHistory
+
+
+def _config(**rl):
+  """The ladder smoke config with `config.rl.<dotted key> = value` overrides."""
+  c = ladder.get_config("smoke")
+  for key, value in rl.items():
+    *parents, leaf = key.split(".")
+    node = c.rl
+    for part in parents:
+      node = node[part]
+    node[leaf] = value
+  return c
+
+
+def test_default_is_uniform_and_checks():
+  c = _config()
+  config_check.check(c)
+  assert c.rl.allocator == "uniform"
+  budget = allocate.budget_from_config(c)
+  assert (budget.total, budget.num_prompts) == (16, 4)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"allocator": "bogus"}, r"config.rl.allocator='bogus'; expected one of"),
+    ({"allocator": "dars"}, r"set config.rl.max_group_size"),
+    ({"allocator": "dars", "max_group_size": 8, "allocation.min_n": 5},
+     r"rollout budget 16 is smaller than 4 prompts x min_n=5"),
+    ({"allocator": "knapsack", "max_group_size": 8, "allocation.probe": 2,
+      "allocation.min_n": 1}, r"probe=2 needs min_n == probe"),
+    ({"allocator": "vade", "max_group_size": 8, "allocation.probe": 1, "allocation.min_n": 1},
+     r"not supported with the data-selection allocator 'vade'"),
+    ({"allocator": "knapsack", "max_group_size": 8, "allocation.probe": 2, "allocation.min_n": 2,
+      "dynamic_sampling": True}, r"probe is not supported together with dynamic_sampling"),
+    ({"allocator": "knapsack", "max_group_size": 8, "dynamic_sampling": True},
+     r"up to B x max_group_size = 32 rows; config.rl.rows=16"),
+    ({"allocator": "v0", "max_group_size": 8}, r"needs predictions p_hat"),
+    ({"prompt_pool": 10**6}, r"config.rl.prompt_pool=1000000"),
+    ({"allocator": "knapsack", "rollout": "eptree"}, r"needs ragged groups"),
+    ({"allocator": "xrpo", "allocation.xrpo.form": "nope"}, r"xrpo form='nope'"),
+    ({"prompt_pool": -1}, r"config.rl.prompt_pool=-1"),
+])
+def test_config_errors_name_the_field(overrides, match):
+  with pytest.raises(config_check.ConfigError, match=match):
+    config_check.check(_config(**overrides))
+
+
+def test_prompt_stats_window_and_probe():
+  h = RolloutHistory()
+  h.record(0, [1, 2], [4, 4], [1, 4])
+  h.record(3, [1], [4], [3])
+  s = allocate.prompt_stats(h, [1, 2, 9], step=4, history_steps=2,
+                            probe_attempts=[2, 2, 2], probe_successes=[0, 1, 2])
+  assert s.attempts.tolist() == [6, 2, 2] and s.successes.tolist() == [3, 1, 2]
+  s = allocate.prompt_stats(h, [1, 2], step=3)  # all earlier steps, not step 3 itself
+  assert s.attempts.tolist() == [4, 4] and s.successes.tolist() == [1, 4]
+
+
+def test_allocation_metrics():
+  groups = [np.array([1.0, 0, 0, 1]), np.array([0.0, 0]), np.array([1.0] * 10),
+            np.array([1.0, 0])]
+  m = allocate.allocation_metrics([4, 2, 10, 2], groups)
+  assert (m["alloc/n_min"], m["alloc/n_max"]) == (2, 10)
+  assert m["alloc/groups_n2"] == 2 and m["alloc/groups_n3_4"] == 1
+  assert m["alloc/groups_n9_16"] == 1
+  assert m["alloc/zero_var_share"] == pytest.approx(12 / 18)
+  assert m["alloc/informative_groups"] == 2
+  # squared-deviation masses 1.0 and 0.5: (1.5)^2 / (1 + 0.25) = 1.8
+  assert m["alloc/effective_groups"] == pytest.approx(1.8)
+
+
+def _fake_rewards(ids, counts, step):
+  """Deterministic 'rollouts': prompt i succeeds with probability (i % 5) / 4."""
+  rng = np.random.default_rng(1000 * step + 7)
+  return [rng.random(n) < (i % 5) / 4 for i, n in zip(ids, counts)]
+
+
+def _drive(config, steps, history=None):
+  """Allocation of `steps` with a fake engine, recording every round in the history."""
+  sa = allocate.StepAllocator(config)
+  history = history or RolloutHistory()
+  trace = []
+  for step in steps:
+    rng = np.random.default_rng([0, step])
+    cand = np.random.default_rng([1, step]).choice(40, sa.num_candidates, replace=False)
+    counts = sa.first(step, cand, history, rng)
+    ids, rows = cand[counts > 0], counts[counts > 0]
+    r = _fake_rewards(ids, rows, step)
+    history.record(step, ids, rows, [int(x.sum()) for x in r])
+    if sa.probe:
+      extra = sa.second(step, ids, history, rng)
+      r2 = _fake_rewards(ids, extra, step + 500)
+      history.record(step, ids, extra, [int(x.sum()) for x in r2])
+      rows = rows + extra
+    assert rows.sum() == sa.budget.total
+    trace.append((ids.tolist(), rows.tolist()))
+  return trace, history
+
+
+@pytest.mark.parametrize("overrides", [
+    {"allocator": "vade", "max_group_size": 4},
+    {"allocator": "knapsack", "allocation.probe": 2, "allocation.min_n": 2,
+     "max_group_size": 8, "allocation.knapsack.min_obs": 2},
+    {"allocator": "xrpo", "group_size": 5, "max_group_size": 8},
+])
+def test_resumed_allocation_equals_uninterrupted(overrides):
+  """The history checkpointed after step 3 (JSON) is all a resumed run needs: the resumed steps
+  allocate exactly as the uninterrupted run (VADE's posteriors are replayed from it)."""
+  c = _config(**overrides)
+  config_check.check(c)
+  full, _ = _drive(c, range(6))
+  head, history = _drive(c, range(3))
+  history = RolloutHistory.from_state(json.loads(json.dumps(history.state())))
+  tail, _ = _drive(c, range(3, 6), history=history)
+  assert head + tail == full
+  assert len({tuple(r) for _, r in full}) > 1 or overrides["allocator"] == "vade"
+
+
+def test_vade_replay_equals_online_updates():
+  c = _config(allocator="vade")
+  sa = allocate.StepAllocator(c)
+  h = RolloutHistory()
+  h.record(0, [3, 4], [4, 4], [1, 4])
+  h.record(1, [3], [2], [2])
+  h.record(1, [3], [2], [1])  # a second round of step 1: summed with the first
+  online = sa.allocator.observe(sa.allocator.init_state(), [3, 4], [4, 4], [1, 4], 0)
+  online = sa.allocator.observe(online, [3], [4], [3], 1)
+  assert allocate.replay(sa.allocator, h, 2) == online
+  assert allocate.replay(sa.allocator, h, 1) == sa.allocator.observe(
+      sa.allocator.init_state(), [3, 4], [4, 4], [1, 4], 0)
+
+
+# ---------------------------------------------------------------- through the RL phase
+
+
+def _ragged(config, **rl):
+  config.rl.update(eval_every=0, **{k: v for k, v in rl.items() if "." not in k})
+  for key, value in rl.items():
+    if "." in key:
+      *parents, leaf = key.split(".")
+      node = config.rl
+      for part in parents:
+        node = node[part]
+      node[leaf] = value
+  config_check.check(config)
+  return config
+
+
+def test_probe_round_then_allocation(smoke_config, tmp_path):
+  """Two-stage allocation with the real engine: 2 probe rows per prompt, then the rest of the
+  budget (16 rows) by Knapsack; both rounds in the history; allocation metrics logged."""
+  c = _ragged(smoke_config, allocator="knapsack", max_group_size=8,
+              **{"allocation.probe": 2, "allocation.min_n": 2, "allocation.knapsack.min_obs": 2})
+  exp = experiment.build(c, str(tmp_path))
+  history = RolloutHistory()
+  batch, _, metrics = rollouts.rollout(exp, phases.init_params(exp), 0, history=history)
+  valid, group = np.asarray(batch.valid), np.asarray(batch.group)
+  counts = np.bincount(group[valid], minlength=4)
+  assert counts.sum() == 16 and (counts >= 2).all() and (counts <= 8).all()
+  assert metrics["gen_rounds"] == 2 and metrics["rollout_tokens"] == int(batch.mask.sum())
+  rec = history.records()
+  assert rec["attempts"][:4].tolist() == [2, 2, 2, 2] and rec["attempts"].sum() == 16
+  assert metrics["alloc/n_min"] == counts.min() and metrics["alloc/n_max"] == counts.max()
+  assert 0.0 <= metrics["alloc/zero_var_share"] <= 1.0
+
+
+def test_dynamic_sampling_with_an_allocator(smoke_config, tmp_path):
+  """DAPO's dynamic sampling keeps B groups of several allocator rounds (R_max = B x G_max)."""
+  c = _ragged(smoke_config, allocator="xrpo", max_group_size=6, rows=24, dynamic_sampling=True,
+              max_gen_rounds=2)
+  exp = experiment.build(c, str(tmp_path))
+  batch, _, metrics = rollouts.rollout(exp, phases.init_params(exp), 0,
+                                       history=RolloutHistory())
+  assert batch.tokens.shape[0] == 24 and metrics["gen_rounds"] in (1, 2)
+  assert np.bincount(np.asarray(batch.group)[np.asarray(batch.valid)], minlength=4).max() <= 6
+
+
+@pytest.mark.usefixtures("fast_compiles")
+def test_rl_phase_resumed_allocates_as_uninterrupted(smoke_config_factory, tmp_path):
+  """VADE on a 12-problem pool (prompts repeat): the RL phase interrupted after step 2 and
+  resumed logs the same step 3 (allocation included) as the uninterrupted phase."""
+  def run(workdir, interrupt=""):
+    c = _ragged(smoke_config_factory(), allocator="vade", max_group_size=8, prompt_pool=12,
+                steps=3, **{"allocation.candidates": 8})
+    c.interrupt_at = interrupt
+    exp = experiment.build(c, str(workdir))
+    params = phases.init_params(exp)
+    with MetricsWriter(workdir) as writer:
+      phases.rl(exp, params, writer)
+
+  run(tmp_path / "a")
+  with pytest.raises(phases.Interrupted):
+    run(tmp_path / "b", "rl:2")
+  run(tmp_path / "b")
+  timing = ("time", "step_seconds")
+  recs = {d: {r["step"]: {k: v for k, v in r.items() if k not in timing}
+              for r in read_metrics(tmp_path / d) if r["phase"] == "rl"} for d in "ab"}
+  assert recs["a"][3] == recs["b"][3]
+  assert "alloc/effective_groups" in recs["a"][3]
+  h = [RolloutHistory.from_jsonl(tmp_path / d / phases.HISTORY_FILE) for d in "ab"]
+  assert h[0] == h[1] and len(set(h[0].records()["prompt_id"].tolist())) <= 12
+
+
+def test_allocation_sweep_applies_to_the_ladder_config():
+  from experiments.sweeps import allocation as sweep  # pylint: disable=import-outside-toplevel
+  runs = sweep.get_sweep()
+  assert len(runs) == len(sweep.VARIANTS) * 3
+  for run in runs:
+    c = ladder.get_config()
+    c.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
+    config_check.check(c)  # A mistyped key raises above, a bad value here.
+    budget = allocate.budget_from_config(c)
+    assert budget.total <= 32 * 8 and budget.total == 32 * c.rl.group_size
