@@ -17,6 +17,7 @@ Labels for training a PAV (`value.prm`) come from either source:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Sequence
 
 import jax
@@ -141,7 +142,13 @@ def mc_prefix_labels(params, *, cfg, strategy: sampling.Sampling, prompt: np.nda
     if k < batch_size and len(rows) > batch_size:  # one compiled shape
       seq = np.concatenate([seq, np.repeat(seq[-1:], batch_size - k, 0)])
       seq_mask = np.concatenate([seq_mask, np.repeat(seq_mask[-1:], batch_size - k, 0)])
-    out = sampling.generate(params, seq, seq_mask, jax.random.fold_in(rng, j), cfg=cfg,
+    # Keep the used columns (rounded up to 16: few compiled widths). Real positions never pass
+    # P_real + T <= max_seq_len (continuations past the completion's budget are cut below);
+    # the cache only needs the extra slots of the left padding, so its size check is widened.
+    width = min(seq.shape[1], -(-int(seq_mask.sum(1).max()) // 16) * 16)
+    seq, seq_mask = seq[:, -width:], seq_mask[:, -width:]
+    gen_cfg = dataclasses.replace(cfg, max_seq_len=max(cfg.max_seq_len, width + t))
+    out = sampling.generate(params, seq, seq_mask, jax.random.fold_in(rng, j), cfg=gen_cfg,
                             strategy=strategy, max_new_tokens=t, eos_id=eos_id, pad_id=pad_id,
                             num_samples=n_mc)
     cont = np.asarray(out.tokens)[:k * n_mc]
