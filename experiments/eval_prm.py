@@ -18,7 +18,7 @@ from absl import app, flags, logging
 from rl_jax.value import prm_runner
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's work dir.")
-_PRM = flags.DEFINE_list("prm", None, "PRM directories (default RUN/prm/pav,RUN/prm/orm).")
+_PRM = flags.DEFINE_list("prm", None, "PRM directories (default: those of RUN/prm/KIND).")
 _OUT = flags.DEFINE_string("out", "", "Where the JSON and markdown go (default RUN/eval).")
 _PHASE = flags.DEFINE_enum("phase", "sft", ["sft", "rl", "final"], "Which policy samples.")
 _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", 300, "Held-out problems (spread evenly).")
@@ -33,7 +33,8 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  prms = _PRM.value or [os.path.join(_WORKDIR.value, "prm", k) for k in prm_runner.KINDS]
+  prms = _PRM.value or [d for d in (os.path.join(_WORKDIR.value, "prm", k)
+                                    for k in prm_runner.KINDS) if os.path.isdir(d)]
   result = prm_runner.evaluate(
       _WORKDIR.value, prms, _OUT.value or os.path.join(_WORKDIR.value, "eval"),
       phase=_PHASE.value, num_prompts=_NUM_PROMPTS.value, samples=_SAMPLES.value,

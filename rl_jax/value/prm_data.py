@@ -85,6 +85,53 @@ def sample(exp, params, split: str, ids: Sequence[int], num_samples: int, key: j
                      rewards=rewards)
 
 
+def sample_tree(exp, params, ids: Sequence[int], key: jax.Array, *, batch_size: int = 64):
+  """EPTree rollouts (`config.rl.eptree` options) of train problems `ids`: every leaf as a
+  completion (group = leaves per prompt) and the per-token Monte Carlo prefix values of the tree
+  (`pav.tree_prefix_labels`, [R, T + 1], with the leaf counts as weights)."""
+  from rl_jax.sampling import eptree  # pylint: disable=import-outside-toplevel
+  from rl_jax.train import rollouts  # pylint: disable=import-outside-toplevel
+  opts = rollouts.eptree_options(exp.config)
+  ids = np.asarray(ids, np.int64)
+  parts, values, counts, decoded = [], [], [], 0
+  for j, start in enumerate(range(0, len(ids), batch_size)):
+    chunk = ids[start:start + batch_size]
+    out = eptree.eptree_rollout(params, exp.train_prompts[chunk], exp.train_prompt_mask[chunk],
+                                jax.random.fold_in(key, j), cfg=exp.model_cfg,
+                                strategy=exp.rollout_strategy, options=opts,
+                                max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
+                                pad_id=exp.tokenizer.pad_id)
+    tokens, mask = np.asarray(out.tokens), np.asarray(out.mask)
+    texts = decode_completions(exp.tokenizer, tokens, mask)
+    rows = np.repeat(chunk, opts.leaves)
+    r = np.array([exp.task.score(t, exp.task.train[i]) for t, i in zip(texts, rows)], np.float32)
+    v, c = pav.tree_prefix_labels(out.tree, r, mask, opts.leaves)
+    parts.append((rows, tokens, mask, texts, r))
+    values.append(np.asarray(v))
+    counts.append(np.asarray(c))
+    decoded += int(out.decode_tokens)
+  rows = np.concatenate([p[0] for p in parts])
+  comps = Completions(split="train", ids=ids, group=opts.leaves, prompt=exp.train_prompts[rows],
+                      prompt_mask=exp.train_prompt_mask[rows],
+                      tokens=np.concatenate([p[1] for p in parts]),
+                      mask=np.concatenate([p[2] for p in parts]),
+                      texts=sum((p[3] for p in parts), []),
+                      rewards=np.concatenate([p[4] for p in parts]))
+  return comps, np.concatenate(values), np.concatenate(counts), decoded
+
+
+def tree_labels(values: np.ndarray, steps: steps_lib.Steps) -> tuple[np.ndarray, np.ndarray]:
+  """Tree prefix values kept at the prompt and at step ends (weight 1 per row: a prefix shared
+  by c leaves is counted c times, once per leaf row)."""
+  r, t1 = values.shape
+  w = np.zeros((r, t1), np.float32)
+  w[:, 0] = 1.0
+  sm = np.asarray(steps.step_mask)
+  rows = np.broadcast_to(np.arange(r)[:, None], sm.shape)
+  w[rows[sm], np.asarray(steps.end_pos)[sm] + 1] = 1.0
+  return np.where(w > 0, values, 0.0).astype(np.float32), w
+
+
 def segment(exp, comps: Completions, delimiters: Sequence[int], max_steps: int
             ) -> steps_lib.Steps:
   """`steps_lib.segment` of the completions (EOS is not content), as host arrays."""

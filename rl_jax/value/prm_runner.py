@@ -19,8 +19,9 @@ from rl_jax.train import experiment
 from rl_jax.value import prm as prm_lib
 from rl_jax.value import prm_data, prm_eval
 from rl_jax.value import steps as steps_lib
+from rl_jax.value import pav as pav_lib
 
-KINDS = ("pav", "orm")
+KINDS = ("pav", "orm", "pav_tree")
 _TAG = 11  # random stream of PRM data (phases.PHASE_TAGS uses 1-5)
 
 
@@ -47,7 +48,8 @@ def train(workdir: str, out_dir: str, *, kinds: Sequence[str] = ("pav", "orm"),
           delimiter: str = "\n", token_ids: Sequence[int] = (), max_steps: int = 10,
           seed: int = 0) -> dict:
   """Samples the run's policy on train problems, labels the step prefixes (PAV: Monte Carlo
-  continuations; ORM: the outcome), fits one PRM per kind (initialised from the policy) and saves
+  continuations; ORM: the outcome; pav_tree: the node values of EPTree rollouts of the same
+  problems, `config.rl.eptree` options), fits one PRM per kind (initialised from the policy) and saves
   each under `out_dir/<kind>`. Returns (and writes to out_dir/train_prm.json) the timings, label
   statistics and loss logs."""
   for k in kinds:
@@ -66,7 +68,14 @@ def train(workdir: str, out_dir: str, *, kinds: Sequence[str] = ("pav", "orm"),
             "sample_seconds": time.perf_counter() - t0, "models": {}}
   for kind in kinds:
     t1 = time.perf_counter()
-    if kind == "pav":
+    data, data_segs = comps, segs
+    if kind == "pav_tree":  # EPTree node values of fresh tree rollouts of the same problems
+      data, values, _, decoded = prm_data.sample_tree(exp, policy, ids, jax.random.fold_in(key, 2))
+      data_segs = prm_data.segment(exp, data, delim, max_steps)
+      labels, weights = prm_data.tree_labels(values, data_segs)
+      labels = np.asarray(pav_lib.best_of_k(labels, prover_k)) * (weights > 0)
+      result.setdefault("tree_decode_tokens", decoded)
+    elif kind == "pav":
       labels, weights = prm_data.mc_labels(exp, policy, comps, segs, n_mc,
                                            jax.random.fold_in(key, 1), prover_k=prover_k)
     else:
@@ -74,11 +83,11 @@ def train(workdir: str, out_dir: str, *, kinds: Sequence[str] = ("pav", "orm"),
     t_label = time.perf_counter() - t1
     spec = prm_lib.PRMSpec(model=exp.model_cfg, delimiters=delim,
                            ignore_ids=(exp.tokenizer.eos_id, exp.tokenizer.pad_id), kind=kind,
-                           prover_k=prover_k if kind == "pav" else 1)
+                           prover_k=prover_k if kind != "orm" else 1)
     params = prm_lib.init_from_policy(exp.model_cfg, policy, base_rate=float(comps.rewards.mean()))
     optim = common.optim(lr, warmup_steps=min(20, steps // 10), schedule="cosine",
                          end_lr_frac=0.1)
-    params, log = prm_data.fit(spec, params, comps, labels, weights, steps=steps,
+    params, log = prm_data.fit(spec, params, data, labels, weights, steps=steps,
                                batch_size=batch_size, optim=optim, seed=seed)
     prm_lib.save(os.path.join(out_dir, kind), spec, params,
                  meta={"kind": kind, "n_mc": n_mc, "steps": steps, "workdir": workdir})

@@ -30,3 +30,14 @@ def test_prefix_prompts_left_pads_prompt_plus_prefix():
   seq, m = pav.prefix_prompts(prompt, pm, tokens, np.array([1, 0]))
   assert seq.tolist() == [[0, 0, 7, 8, 1, 2], [0, 0, 5, 6, 7, 4]]
   assert m.sum(1).tolist() == [4, 4]
+
+
+def test_tree_labels_keep_the_prompt_and_step_ends():
+  from rl_jax.value import prm_data, steps as steps_lib  # pylint: disable=import-outside-toplevel
+  tokens = np.array([[4, 9, 5, 2], [4, 2, 0, 0]])
+  mask = tokens > 0
+  s = steps_lib.segment(tokens, mask, (9,), max_steps=3, ignore_ids=(2,), eos_id=2)
+  values = np.arange(10, dtype=np.float32).reshape(2, 5) / 10
+  labels, w = prm_data.tree_labels(values, s)
+  assert w.tolist() == [[1, 0, 1, 0, 1], [1, 0, 1, 0, 0]]
+  np.testing.assert_allclose(labels, [[0.0, 0, 0.2, 0, 0.4], [0.5, 0, 0.7, 0, 0]])
