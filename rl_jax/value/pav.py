@@ -83,12 +83,11 @@ def prefix_prompts(prompt: np.ndarray, prompt_mask: np.ndarray, tokens: np.ndarr
                    upto: np.ndarray, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
   """Left-padded `prompt ++ completion[:upto + 1]` rows [N, P + T] (and their mask) to sample
   continuations from. `upto` [N] is the last completion token kept."""
-  p, t = prompt.shape[1], tokens.shape[1]
+  t = tokens.shape[1]
   keep = np.arange(t)[None] <= np.asarray(upto)[:, None]
   seq = np.concatenate([prompt, np.where(keep, tokens, pad_id)], axis=1)
   m = np.concatenate([np.asarray(prompt_mask, bool), keep], axis=1)
   order = np.argsort(m, axis=1, kind="stable")  # padding first, then tokens in order
-  del p
   return (np.take_along_axis(seq, order, axis=1).astype(np.int32),
           np.take_along_axis(m, order, axis=1))
 

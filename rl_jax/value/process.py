@@ -5,7 +5,7 @@
 
 * 'pav' (§5.1): a frozen PAV (`value.prm`, saved by `experiments.train_prm` in
   `config.rl.process.prm_dir`) scores every prefix; the progress `Q̂(s_h, a_h) − Q̂(s_{h−1},
-  a_{h−1})` goes on step h's end token. The estimator adds `alpha` × progress to the outcome
+  a_{h−1})` goes on step h's end token (steps as the PAV was trained: its prm.json delimiters). The estimator adds `alpha` × progress to the outcome
   advantage (`rl.process_rewards.pav`).
 * 'prime' (§5.2, public code): an implicit PRM `π_φ` (a policy-shaped LM initialised from the SFT
   policy) against the frozen SFT reference; every token is a step with the raw log-ratio
@@ -128,6 +128,7 @@ class ProcessScorer:
     self.max_steps = c.max_steps
     if self.kind == "pav":
       self.spec, self.prm_params, _ = prm_lib.load(c.prm_dir)
+      self.delims = self.spec.delimiters  # the steps the PAV was trained on
       if self.spec.model.vocab_size != exp.model_cfg.vocab_size:
         raise ValueError(f"config.rl.process.prm_dir={c.prm_dir!r} holds a PRM of vocab_size "
                          f"{self.spec.model.vocab_size}; the policy has "
