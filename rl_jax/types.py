@@ -49,6 +49,11 @@ class Rollout:
     tree: the branching structure for tree rollouts whose estimator needs it (else None).
     prior: [R, 2] float32 (p0, w) of the row's prompt for estimators with a `prior` argument
       (V0.5, `rl_jax.value.v05`; else None).
+    step_of: [R, T] int32 step index of each completion token (`value.steps.segment`), or None
+      (outcome-only batches; every estimator that does not read process rewards ignores it).
+    step_rewards: [R, T] float32 process rewards, or None. The reward of step h of a row is the
+      sum over its tokens with `step_of == h` (`rl.process_rewards` documents what each method
+      puts there).
   """
 
   prompt_tokens: jax.Array
@@ -60,6 +65,8 @@ class Rollout:
   valid: jax.Array
   tree: Optional[Tree] = None
   prior: Optional[jax.Array] = None
+  step_of: Optional[jax.Array] = None
+  step_rewards: Optional[jax.Array] = None
 
 
 @flax.struct.dataclass
@@ -99,6 +106,11 @@ def check_rollout(rollout: Rollout, rewards: Optional[jax.Array] = None) -> None
   chex.assert_type([rollout.prompt_tokens, rollout.tokens, rollout.group, rollout.prompt_mask,
                     rollout.mask, rollout.valid, rollout.logp],
                    [int, int, int, bool, bool, bool, float])
+  if (rollout.step_of is None) != (rollout.step_rewards is None):
+    raise ValueError("Rollout.step_of and step_rewards come together (both or neither)")
+  if rollout.step_of is not None:
+    chex.assert_equal_shape([rollout.tokens, rollout.step_of, rollout.step_rewards])
+    chex.assert_type([rollout.step_of, rollout.step_rewards], [int, float])
   if rewards is not None:
     chex.assert_rank(rewards, {1, 2})
     chex.assert_axis_dimension(rewards, 0, rollout.tokens.shape[0])

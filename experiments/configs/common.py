@@ -164,7 +164,20 @@ def base() -> ml_collections.ConfigDict:
       # rl_jax options, off in the reference.
       eptree=ml_collections.ConfigDict(dict(num_chains=6, forks_per_round=2, rounds=1,
                                             branches=2, min_tokens_left=0,
-                                            min_prefix_fraction=0.0))))
+                                            min_prefix_fraction=0.0)),
+      # Process rewards (rl_jax/value/process.py; ALGORITHMS.md §5): 'none' | 'pav' | 'prime' |
+      # 'oprl'. Steps end at tokens holding `delimiter` (or at `step_token_ids`), at most
+      # `max_steps` per completion. pav: a PRM saved by experiments.train_prm in `prm_dir` and
+      # alpha (required, no default: nan = unset), added to the outcome advantage x progress.
+      # prime / oprl: an implicit PRM from the SFT policy, beta (0.05), AdamW prm_lr (1e-6) with
+      # prm_grad_clip (10), updated after each batch's rewards; prime token rewards normalised by
+      # `norm` ('batch' | 'none'); oprl: A = A^outcome + oprl_weight x (step reward - baseline),
+      # oprl_baseline 'rloo' | 'mean' over the group's first-step rewards.
+      process_reward="none",
+      process=ml_collections.ConfigDict(dict(
+          delimiter="\n", step_token_ids=(), max_steps=16, alpha=float("nan"), prm_dir="",
+          beta=0.05, prm_lr=1e-6, prm_grad_clip=10.0, norm="batch", oprl_weight=1.0,
+          oprl_baseline="rloo"))))
   # Where the training problems come from (experiments/README.md compares the two).
   # 'memory' (default): the task's lists, each step's batch drawn with a stateless host RNG.
   # 'grain': the task written once as a TFDS dataset (array_record, rl_jax.data.tfds_builders)

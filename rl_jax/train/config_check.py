@@ -180,3 +180,9 @@ def check(config: ml_collections.ConfigDict) -> None:
       rollouts.check_config(config)
     except ValueError as e:
       raise ConfigError(str(e)) from e
+  if rl is not _MISSING and "process_reward" in rl:
+    from rl_jax.value import process  # pylint: disable=g-import-not-at-top
+    try:
+      process.check_config(config)
+    except ValueError as e:
+      raise ConfigError(str(e)) from e

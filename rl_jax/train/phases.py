@@ -286,7 +286,16 @@ def hyper_from_config(config) -> steps_lib.RLHyper:
       num_minibatches=rl.num_minibatches, num_iterations=rl.num_iterations, tis_cap=rl.tis_cap,
       shared_prompts=rl.shared_prompts,
       num_groups=rl.prompts_per_step if planner.is_ragged(config) else 0,
-      max_group_size=rl.max_group_size)
+      max_group_size=rl.max_group_size, **_process_hyper(config))
+
+
+def _process_hyper(config) -> dict:
+  """RLHyper's process-reward fields (none for configs without `rl.process_reward`)."""
+  if "process_reward" not in config.rl or config.rl.process_reward == "none":
+    return {}
+  from rl_jax.value import process  # pylint: disable=import-outside-toplevel
+  return {"process_reward": config.rl.process_reward,
+          "process_options": process.estimator_options(config)}
 
 
 def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> PhaseResult:
@@ -327,6 +336,12 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
     example = example.replace(tree=Tree(
         parent=np.zeros((b, n), np.int32), depth=np.zeros((b, n), np.int32),
         leaf_node=np.zeros((r, n), bool), node_of=np.zeros((r, t), np.int32)))
+  scorer = None
+  if "process_reward" in cfg and cfg.process_reward != "none":  # step rewards in the batch
+    from rl_jax.value import process  # pylint: disable=import-outside-toplevel
+    scorer = process.ProcessScorer(exp, sft_params)
+    example = example.replace(step_of=np.zeros((r, t), np.int32),
+                              step_rewards=np.zeros((r, t), np.float32))
   batch_sh = _batch_shardings(exp, example)
   rewards_sh = _batch_shardings(exp, np.zeros((r, len(cfg.rewards)), np.float32))
   step_jit = jax.jit(
@@ -339,6 +354,9 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   def step_fn(state, step):
     batch, rewards, host_metrics = rollouts.rollout(exp, _compute_params(exp, state.params), step,
                                                     stream, history)
+    if scorer is not None:
+      batch, process_metrics = scorer.score(batch, rewards, state.params)
+      host_metrics = dict(host_metrics, **process_metrics)
     if step + 1 == nan_step:  # config.inject_nan_at: a fault test of the non-finite guard.
       rewards = np.full_like(rewards, np.nan)
     # The sampler's outputs are device arrays committed to its own sharding, and jit does not

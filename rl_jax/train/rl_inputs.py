@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_jax.rl import advantages as advantages_lib
+from rl_jax.rl import process_rewards
 from rl_jax.types import Rollout, Tree
 
 # Estimators that take the K reward components [B, G, K] (and `weights`) instead of one scalar.
@@ -90,6 +91,8 @@ def advantages(rewards: jax.Array, rollout: Rollout, hyper,
   if token_kl is not None and "token_kl" in accepts:
     opts.update(token_kl=token_kl.reshape(-1, g, t), kl_coef=hyper.kl_coef)
   adv, weight = fn(r, rollout.valid.reshape(-1, g), **opts)
+  if getattr(hyper, "process_reward", "none") != "none":
+    adv, weight = _process_advantages(adv, weight, scalar, rollout, hyper)
   adv = adv.reshape((n_rows,) + adv.shape[2:])
   return adv, weight.reshape(-1), scalar
 
@@ -167,6 +170,23 @@ def _prior(rollout: Rollout, name: str) -> jax.Array:
     raise ValueError(f"estimator {name!r} needs the per-row prior (p0, w) in rollout.prior "
                      "(set by the 'v05_extra' round rule); got a rollout without one")
   return jnp.asarray(rollout.prior, jnp.float32)
+
+def _process_advantages(adv, weight, scalar, rollout: Rollout, hyper):
+  """The registered process estimator (`rl.process_rewards`) on the outcome advantage [B, G] and
+  the rollout's step rewards -> token advantages [B, G, T] (rows keep the outcome's weight)."""
+  if rollout.step_rewards is None:
+    raise ValueError(f"process_reward={hyper.process_reward!r} needs a rollout with "
+                     "step_rewards and step_of (value.process.ProcessScorer fills them)")
+  if adv.ndim != 2:
+    raise ValueError(f"process_reward={hyper.process_reward!r} adds to a per-row outcome "
+                     f"advantage; estimator {hyper.advantage!r} gives token advantages")
+  g, t = hyper.group_size, rollout.mask.shape[-1]
+  fn = process_rewards.PROCESS_ADVANTAGES.get(hyper.process_reward)
+  tok_adv, w = fn(scalar.reshape(-1, g), rollout.valid.reshape(-1, g), outcome_adv=adv,
+                  step_rewards=rollout.step_rewards.reshape(-1, g, t),
+                  step_of=rollout.step_of.reshape(-1, g, t), mask=rollout.mask.reshape(-1, g, t),
+                  **dict(hyper.process_options))
+  return tok_adv, weight * w
 
 
 def _tree_per_prompt(rollout: Rollout, name: str, g: int) -> Tree:

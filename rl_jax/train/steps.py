@@ -89,6 +89,9 @@ class RLHyper:
     num_iterations: optimizer updates on the same rollout. The PPO ratio is always taken against
       the behaviour log-probs, so from the second update on ρ != 1 and clipping acts.
     tis_cap: truncated importance sampling cap C (0 = off); see `rl_inputs.tis_weights`.
+    process_reward: 'none', or the process estimator (`rl.process_rewards.PROCESS_ADVANTAGES`)
+      that turns the outcome advantage and the rollout's step rewards into token advantages.
+    process_options: its sorted (key, value) options.
     shared_prompts: the G rows of each group share one prompt (every rollout mode builds its
       batch that way), so the reference pass and the policy's forward and backward run each
       prompt once per group (`logprobs.completion_logprobs(group_size=G)`): the same loss with
@@ -118,6 +121,8 @@ class RLHyper:
   shared_prompts: bool = False
   num_groups: int = 0
   max_group_size: int = 0
+  process_reward: str = "none"
+  process_options: tuple = ()
 
   @property
   def prompt_group(self) -> int:
