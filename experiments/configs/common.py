@@ -6,7 +6,7 @@ import dataclasses
 
 import ml_collections
 
-from rl_jax import models
+from rl_jax import compile_cache, models
 
 
 def model(preset: str) -> ml_collections.ConfigDict:
@@ -42,6 +42,13 @@ def base() -> ml_collections.ConfigDict:
   c.max_nonfinite_in_a_row = 5
   c.inject_nan_at = ""  # 'rl:step' makes that RL step's rewards NaN (tests the guard above).
   c.init_from = ""  # A work dir whose final SFT checkpoint is used instead of running SFT.
+  # JAX's persistent compilation cache (rl_jax/compile_cache.py): a later start of the same
+  # shapes reads the compiled programs from here instead of compiling; '' = off. Programs that
+  # compiled faster than compile_cache_min_seconds are not written; past compile_cache_max_gb
+  # the least recently used entries are evicted.
+  c.compile_cache_dir = compile_cache.default_dir()
+  c.compile_cache_min_seconds = 0.0
+  c.compile_cache_max_gb = 4.0
   c.task = ml_collections.ConfigDict(dict(
       name="chain_sum",
       options=ml_collections.ConfigDict(dict(min_terms=2, max_terms=2, min_digits=1,

@@ -60,6 +60,8 @@ def _optim(prefix: str) -> dict:
 # config (e.g. a config built by hand from an older base) are not checked.
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": _int(0),
+    "compile_cache_min_seconds": _real(0.0),
+    "compile_cache_max_gb": _real(0.0, lo_open=True),
     "max_nonfinite_in_a_row": _int(1),
     "task.train_size": _int(1),
     "task.eval_size": _int(1),
