@@ -71,8 +71,13 @@ def base() -> ml_collections.ConfigDict:
       vocab_size=96, options=ml_collections.ConfigDict(dict(
           split_by_whitespace=False, max_sentencepiece_length=64))))
   c.model = model("tiny")
+  # engine (rl_jax/sampling/engines.py) decodes the independent rows: 'stop' ends the loop when
+  # every row has ended (checked every exit_every steps), 'scan' always runs max_new_tokens
+  # steps (same samples), 'refill' decodes num_slots rows at once (0 = all) and refills a slot
+  # from the queue when its row ends (per-request keys: other samples for the same seed).
   c.sampling = ml_collections.ConfigDict(dict(max_new_tokens=5, temperature=1.0, top_k=0,
-                                              top_p=1.0))
+                                              top_p=1.0, engine="stop", exit_every=1,
+                                              num_slots=0))
   # length_buckets K > 1: batches from K equal-count length buckets, padded to the bucket's
   # longest (rl_jax.data.batching.LengthBuckets; same example distribution, fewer padded tokens).
   c.sft = ml_collections.ConfigDict(dict(steps=500, batch_size=128, eval_every=0,

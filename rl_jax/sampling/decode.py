@@ -52,8 +52,9 @@ def draw_rows(strategy: Sampling, logits: jax.Array, rng: jax.Array, rows: jax.A
 
 
 def _pick(strategy: Sampling, rng: jax.Array, eos_id: int, pad_id: int, row_keys: bool,
-          logits: jax.Array, done: jax.Array, t: jax.Array):
-  """Token t of every row: (tok, live, logp, entropy, done'); rows already done get pad_id."""
+          limits, logits: jax.Array, done: jax.Array, t: jax.Array):
+  """Token t of every row: (tok, live, logp, entropy, done'); rows already done get pad_id; a
+  row also ends with its token limits[row] - 1 (limits None: no per-row limit)."""
   if row_keys:
     b = logits.shape[0]
     tok, logp, ent = draw_rows(strategy, logits, rng, jnp.arange(b), jnp.full((b,), t))
@@ -61,18 +62,23 @@ def _pick(strategy: Sampling, rng: jax.Array, eos_id: int, pad_id: int, row_keys
     tok, logp, ent = strategy.draw(logits, jax.random.fold_in(rng, t))
   live = ~done
   tok = jnp.where(live, tok, pad_id)
-  return tok, live, jnp.where(live, logp, 0.0), jnp.where(live, ent, 0.0), done | (tok == eos_id)
+  ended = done | (tok == eos_id)
+  if limits is not None:
+    ended |= t + 1 >= limits
+  return tok, live, jnp.where(live, logp, 0.0), jnp.where(live, ent, 0.0), ended
 
 
 def decode_loop(cfg: models.ModelConfig, params, cache: models.KVCache, logits: jax.Array,
                 rng: jax.Array, *, strategy: Sampling, max_new_tokens: int, eos_id: int,
                 pad_id: int = 0, exit_every: int = 1,
-                row_keys: bool = False) -> tuple[Samples, models.KVCache]:
+                row_keys: bool = False,
+                max_lengths: jax.Array | None = None) -> tuple[Samples, models.KVCache]:
   """Samples up to `max_new_tokens` tokens from next-token `logits` [B, V] and the cache behind them.
 
   The first token comes from `logits`; each later one from a `decode_step`. Token t is drawn with
   fold_in(rng, t) (with `row_keys`, row r's with fold_in(fold_in(rng, r), t): `draw_rows`), so
-  the samples do not depend on how the steps are looped.
+  the samples do not depend on how the steps are looped. `max_lengths` [B] (optional): each
+  row's own length limit (<= T); a row ends at EOS or at its limit, as every row does at T.
 
   `exit_every` = k >= 1 (stop when done): the T - 1 decode steps run as a `lax.while_loop` over
   chunks of k steps (a `lax.scan` each; the (T - 1) mod k leftover steps first), which ends as soon
@@ -85,7 +91,7 @@ def decode_loop(cfg: models.ModelConfig, params, cache: models.KVCache, logits: 
   if exit_every < 0:
     raise ValueError(f"exit_every must be >= 0 (0 = fixed scan), got {exit_every}")
   b = logits.shape[0]
-  pick = functools.partial(_pick, strategy, rng, eos_id, pad_id, row_keys)
+  pick = functools.partial(_pick, strategy, rng, eos_id, pad_id, row_keys, max_lengths)
   first = pick(logits, jnp.zeros((b,), bool), 0)
 
   def step(carry, t):
@@ -138,7 +144,8 @@ def generate_with_cache(params, prompt: jax.Array, prompt_mask: jax.Array, rng: 
                         eos_id: int, pad_id: int = 0, cache_size: int = 0,
                         num_samples: int = 1,
                         exit_every: int = 1,
-                        row_keys: bool = False) -> tuple[Samples, models.KVCache]:
+                        row_keys: bool = False,
+                        max_lengths: jax.Array | None = None) -> tuple[Samples, models.KVCache]:
   """`generate`, also returning the KV cache (`cache_size` slots; default P + T).
 
   Completion token j of row r sits in slot P + j (j < T − 1; the last token is not fed), so a
@@ -157,7 +164,7 @@ def generate_with_cache(params, prompt: jax.Array, prompt_mask: jax.Array, rng: 
     cache, logits = parallel.shard_batch((cache.take_rows(rows), logits[rows]))
   return decode_loop(cfg, params, cache, logits, rng, strategy=strategy,
                      max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
-                     exit_every=exit_every, row_keys=row_keys)
+                     exit_every=exit_every, row_keys=row_keys, max_lengths=max_lengths)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "strategy", "max_new_tokens", "eos_id",
@@ -166,7 +173,7 @@ def generate_with_cache(params, prompt: jax.Array, prompt_mask: jax.Array, rng: 
 def generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
              cfg: models.ModelConfig, strategy: Sampling, max_new_tokens: int, eos_id: int,
              pad_id: int = 0, num_samples: int = 1, exit_every: int = 1,
-             row_keys: bool = False) -> Samples:
+             row_keys: bool = False, max_lengths: jax.Array | None = None) -> Samples:
   """Samples `max_new_tokens` tokens after left-padded prompts.
 
   Args:
@@ -186,8 +193,10 @@ def generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, 
       (static); 0 runs all T - 1 decode steps (the fixed scan). Same outputs either way.
     row_keys: draw row r's token t with fold_in(fold_in(rng, r), t) (`draw_rows`) instead of
       one key per step: the keys of the slot-refill engine (`rl_jax.sampling.refill`).
+    max_lengths: optional [B·G] int, each row's own length limit (<= T): the row ends there as
+      at EOS (per-request token budgets; the decode benchmark's long-tailed lengths).
   """
   return generate_with_cache(params, prompt, prompt_mask, rng, cfg=cfg, strategy=strategy,
                              max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
                              num_samples=num_samples, exit_every=exit_every,
-                             row_keys=row_keys)[0]
+                             row_keys=row_keys, max_lengths=max_lengths)[0]

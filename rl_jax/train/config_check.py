@@ -15,6 +15,7 @@ from typing import Any, Callable
 import ml_collections
 
 from rl_jax.rewards import contained
+from rl_jax.sampling import engines
 
 
 class ConfigError(ValueError):
@@ -77,6 +78,9 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sampling.temperature": _real(0.0),
     "sampling.top_k": _int(0),
     "sampling.top_p": _real(0.0, 1.0, lo_open=True),
+    "sampling.engine": _one_of(tuple(engines.ENGINES.names())),
+    "sampling.exit_every": _int(1),
+    "sampling.num_slots": _int(0),
     "sft.steps": _int(0),
     "sft.batch_size": _int(1),
     "sft.eval_every": _int(0),
