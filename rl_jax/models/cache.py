@@ -28,7 +28,8 @@ class KVCache:
     v: n_layers arrays [B, n_kv_heads, S, head_dim]: values.
     mask: [B, S] bool, True where the slot holds a real (non-padding) token.
     pos: [B] int32, position id the row's next real token gets.
-    index: [] int32, the next slot to write (shared by all rows).
+    index: [] int32, the next slot to write (shared by all rows); or [B] int32, each row's own
+      next slot (the slot-refill engine, whose rows start requests at different steps).
   """
 
   k: tuple[jax.Array, ...]

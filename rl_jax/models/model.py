@@ -138,11 +138,17 @@ def extend(cfg: ModelConfig, params: Params, cache: KVCache, tokens: jax.Array,
   chex.assert_axis_dimension(tokens, 0, cache.mask.shape[0])
   b, l = tokens.shape
   mask = mask.astype(bool)
-  kv_mask = jax.lax.dynamic_update_slice(cache.mask, mask, (0, cache.index))
-  positions = cache.pos[:, None] + positions_from_mask(mask)
   slots = jnp.arange(cache.size)
-  query_slots = cache.index + jnp.arange(l)
-  key_mask = (slots[None, :] <= query_slots[:, None])[None] & kv_mask[:, None, :]
+  if cache.index.ndim:  # Per-row write slots [B] (slot refill, rl_jax.sampling.refill).
+    kv_mask = jax.vmap(lambda m, x, i: jax.lax.dynamic_update_slice(m, x, (i,)))(
+        cache.mask, mask, cache.index)
+    query_slots = cache.index[:, None] + jnp.arange(l)                       # [B, L]
+    key_mask = (slots[None, None, :] <= query_slots[:, :, None]) & kv_mask[:, None, :]
+  else:
+    kv_mask = jax.lax.dynamic_update_slice(cache.mask, mask, (0, cache.index))
+    query_slots = cache.index + jnp.arange(l)
+    key_mask = (slots[None, :] <= query_slots[:, None])[None] & kv_mask[:, None, :]
+  positions = cache.pos[:, None] + positions_from_mask(mask)
   hidden, (k, v) = Transformer(cfg).apply({"params": params}, tokens, positions, key_mask, cache)
   new_cache = KVCache(k=k, v=v, mask=kv_mask,
                       pos=cache.pos + mask.sum(axis=-1, dtype=jnp.int32),

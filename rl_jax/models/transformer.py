@@ -56,7 +56,7 @@ class Attention(nn.Module):
     keys are the prefix followed by the L new ones (S = P + L).
 
     kv: None (no cache), or this layer's cached (k, v), each [B, KVH, S, hd]: the new keys and
-    values are written in place at slot `write_index`. Each layer has its own buffers, so a
+    values are written in place at slot `write_index` ([] shared by all rows, or [B] per row). Each layer has its own buffers, so a
     decode step neither copies, slices nor re-stacks the cache.
 
     Keys and values are laid out [B, KVH, S, hd] (heads before slots), so both attention
@@ -80,7 +80,12 @@ class Attention(nn.Module):
     inv_freq = rope_frequencies(cfg)
     q = apply_rope(q, positions, inv_freq)
     k = apply_rope(k, positions, inv_freq).transpose(0, 2, 1, 3)      # [B, KVH, L, hd]
-    if kv is not None:
+    if kv is not None and jnp.ndim(write_index):  # Per-row write slots [B] (slot refill).
+      put = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice(buf, new, (0, i, 0)))
+      k_all, v_all = (put(buf, new.astype(buf.dtype), write_index)
+                      for buf, new in zip(kv, (k, v)))
+      new_kv = (k_all, v_all)
+    elif kv is not None:
       k_all, v_all = (jax.lax.dynamic_update_slice(buf, new.astype(buf.dtype),
                                                    (0, 0, write_index, 0))
                       for buf, new in zip(kv, (k, v)))

@@ -9,8 +9,10 @@ each phase is jitted exactly as the training loop jits it, then lowered and comp
 compiler. Phases (`PHASES`):
 
   prefill       `models.prefill` of the B = rl.prompts_per_step prompts into a P + T cache.
-  generate      `sampling.generate`: prefill, then the whole `lax.scan` of T - 1 decode steps of
-                the R = B * G rows (G = rl.group_size, T = sampling.max_new_tokens).
+  generate      `sampling.generate`: prefill, then the decode loop of the R = B * G rows
+                (G = rl.group_size, T = sampling.max_new_tokens). The loop stops once every
+                row has ended (`exit_every`); its cost is counted for the worst case, all
+                T - 1 decode steps (the fixed scan's count).
   ref_logprobs  the reference policy's log-prob pass over the R rows (`rl.num_minibatches`
                 pieces, as `steps.rl_step` runs it).
   rl_step       `steps.rl_step` with the state donated (AdamW state from `rl.optim`).
@@ -228,7 +230,8 @@ class _Builder:
                            num_samples=s.group)
     phase = _Phase(jax.jit(fn), (self.params, *self._prompts(s.prompts), self.rng),
                    model_flops=self.flops["generate"])
-    if s.new_tokens > 2:  # The scan runs T - 1 decode steps; XLA counts one.
+    # Up to T - 1 decode steps (a while loop over one-step chunks, `exit_every=1`); XLA counts one.
+    if s.new_tokens > 2:
       phase.pieces.append((*self._decode_piece(), s.new_tokens - 2))
     return phase
 

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import ml_collections
 
 from rl_jax.rewards import contained
+from rl_jax.sampling import engines
 from rl_jax.value import v0_model
 
 
@@ -61,6 +62,8 @@ def _optim(prefix: str) -> dict:
 # config (e.g. a config built by hand from an older base) are not checked.
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": _int(0),
+    "compile_cache_min_seconds": _real(0.0),
+    "compile_cache_max_gb": _real(0.0, lo_open=True),
     "max_nonfinite_in_a_row": _int(1),
     "task.train_size": _int(1),
     "task.eval_size": _int(1),
@@ -76,6 +79,9 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sampling.temperature": _real(0.0),
     "sampling.top_k": _int(0),
     "sampling.top_p": _real(0.0, 1.0, lo_open=True),
+    "sampling.engine": _one_of(tuple(engines.ENGINES.names())),
+    "sampling.exit_every": _int(1),
+    "sampling.num_slots": _int(0),
     "sft.steps": _int(0),
     "sft.batch_size": _int(1),
     "sft.eval_every": _int(0),

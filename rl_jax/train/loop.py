@@ -27,7 +27,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from rl_jax import data, models, parallel, sampling
+from rl_jax import compile_cache, data, models, parallel, sampling
 from rl_jax.data import ladder
 from rl_jax.evals import runner as eval_runner
 from rl_jax.metrics import MetricsWriter, plot_curves
@@ -202,11 +202,14 @@ def _train_and_evaluate(exp, store: _Store, run_eval, periodic, writer) -> dict:
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs (or resumes) the experiment described by `config` in `workdir`; returns the summary.
 
+  Turns on the persistent compilation cache at `config.compile_cache_dir` ('' = off) first.
   SIGTERM and SIGINT stop it at the next step boundary with a checkpoint of that step
   (`signals.Preempted`); re-running resumes. Raises `config_check.ConfigError` for an
   out-of-range config field before anything runs.
   """
   config_check.check(config)
+  compile_cache.configure(config.compile_cache_dir, config.compile_cache_min_seconds,
+                          config.compile_cache_max_gb)
   with signals.catch():
     return _run(config, workdir)
 

@@ -37,11 +37,11 @@ from typing import Callable
 import jax
 import numpy as np
 
-from rl_jax import parallel, sampling
+from rl_jax import parallel
 from rl_jax import rewards as rewards_lib
 from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
-from rl_jax.sampling import eptree, latr
+from rl_jax.sampling import engines, eptree, latr
 from rl_jax.train import allocate, planner, rl_inputs, round_rules, rounds
 from rl_jax.train.experiment import Experiment
 from rl_jax.types import Rollout
@@ -256,8 +256,9 @@ def _score(exp: Experiment, tokens, mask, example_ids) -> tuple[np.ndarray, dict
 
 
 def _sample_iid(exp: Experiment, params, idx, key, per_prompt: int):
-  """`per_prompt` samples of each prompt in `idx`, rows in `np.repeat(idx, per_prompt)` order."""
-  return parallel.to_host(sampling.generate(
+  """`per_prompt` samples of each prompt in `idx`, rows in `np.repeat(idx, per_prompt)` order,
+  from the `config.sampling.engine` sampler (rl_jax/sampling/engines.py)."""
+  return parallel.to_host(engines.from_config(exp.config)(
       params, exp.train_prompts[idx], exp.train_prompt_mask[idx], key, cfg=exp.model_cfg,
       strategy=exp.rollout_strategy, max_new_tokens=exp.max_new_tokens,
       eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id, num_samples=per_prompt))

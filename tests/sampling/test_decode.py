@@ -129,3 +129,43 @@ def test_num_samples_equals_repeated_prompts(setup):
   np.testing.assert_allclose(once.logp, rep.logp, atol=1e-6)
   # Samples of one prompt differ from each other.
   assert not np.array_equal(once.tokens[0], once.tokens[1])
+
+
+def _eos_biased(params, eos, scale):
+  params = jax.tree_util.tree_map(lambda x: x, params)
+  params["embed_tokens"]["embedding"] = params["embed_tokens"]["embedding"].at[eos].mul(scale)
+  return params
+
+
+@pytest.mark.parametrize("case", ["mixed", "all_stop_early", "none_stop"])
+def test_stop_when_done_equals_fixed_scan(setup, case):
+  """The while loop over chunks (exit_every = 1, 3) gives the fixed scan's outputs bit for bit;
+  it stops early exactly when every row has ended (cache index = slots written)."""
+  cfg, params, prompt, prompt_mask = setup
+  t, p = 12, prompt.shape[1]
+  scale, eos, everies = {"mixed": (25.0, 1, (1, 3)), "all_stop_early": (200.0, 1, (1, 3)),
+                         "none_stop": (1.0, cfg.vocab_size, (3,))}[case]  # vocab_size: never drawn
+  params = _eos_biased(params, 1, scale)
+  kw = dict(cfg=cfg, strategy=sampling.Sampling(1.0), max_new_tokens=t, eos_id=eos,
+            num_samples=2)
+  for seed in range(3):
+    key = jax.random.key(seed)
+    fixed, fixed_cache = sampling.decode.generate_with_cache(params, prompt, prompt_mask, key,
+                                                             exit_every=0, **kw)
+    last = np.asarray(fixed.mask).sum(1).max() - 1  # The step at which the last row ended.
+    for every in everies:
+      out, cache = sampling.decode.generate_with_cache(params, prompt, prompt_mask, key,
+                                                       exit_every=every, **kw)
+      for name in ("tokens", "mask", "logp", "entropy"):
+        np.testing.assert_array_equal(getattr(out, name), getattr(fixed, name), err_msg=name)
+      # Steps run: the (T - 1) mod k leftover steps, then whole chunks up to step `last`.
+      first = (t - 1) % every
+      steps = first + max(0, -(-(last - first) // every)) * every
+      assert int(cache.index) == p + steps, (every, last)
+      if case == "all_stop_early":
+        assert steps < t - 1
+    assert int(fixed_cache.index) == p + t - 1
+    if case == "all_stop_early":
+      assert last < t // 2
+    elif case == "none_stop":
+      assert last == t - 1 and fixed.mask.all()
