@@ -47,6 +47,8 @@ class Rollout:
     group: [R] int32 prompt index of each row (the segment id).
     valid: [R] bool, row exists (False for padding rows).
     tree: the branching structure for tree rollouts whose estimator needs it (else None).
+    prior: [R, 2] float32 (p0, w) of the row's prompt for estimators with a `prior` argument
+      (V0.5, `rl_jax.value.v05`; else None).
   """
 
   prompt_tokens: jax.Array
@@ -57,6 +59,7 @@ class Rollout:
   group: jax.Array
   valid: jax.Array
   tree: Optional[Tree] = None
+  prior: Optional[jax.Array] = None
 
 
 @flax.struct.dataclass

@@ -368,3 +368,6 @@ def reinforce_pp_baseline(rewards: Array, valid: Array, *,
 # Tree estimators (§3.2-§3.4) register themselves in `ADVANTAGES` on import.
 # pylint: disable-next=g-import-not-at-top,wrong-import-position,unused-import
 from rl_jax.rl import tree_advantages  # noqa: E402,F401
+# V0.5 (§4.2) registers `v05` from rl_jax/value/v05.py.
+# pylint: disable-next=g-import-not-at-top,wrong-import-position,unused-import
+from rl_jax.value import v05  # noqa: E402,F401

@@ -318,6 +318,8 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
                     tokens=np.zeros((r, t), np.int32), mask=np.zeros((r, t), bool),
                     logp=np.zeros((r, t), np.float32), group=np.zeros(r, np.int32),
                     valid=np.zeros(r, bool))
+  if cfg.advantage == "v05":  # the rollout carries (p0, w) per row (round_rules.V05Extra)
+    example = example.replace(prior=np.zeros((r, 2), np.float32))
   if cfg.rollout == "eptree":  # the rollout carries its tree (for the tree advantages)
     n = rollouts.eptree_options(exp.config).max_nodes
     b = cfg.prompts_per_step

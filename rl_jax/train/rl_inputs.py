@@ -85,6 +85,8 @@ def advantages(rewards: jax.Array, rollout: Rollout, hyper,
     opts["lengths"] = jnp.sum(rollout.mask, -1).reshape(-1, g)
   if "tree" in accepts:
     opts["tree"] = _tree_per_prompt(rollout, hyper.advantage, g)
+  if "prior" in accepts:
+    opts["prior"] = _prior(rollout, hyper.advantage).reshape(-1, g, 2)
   if token_kl is not None and "token_kl" in accepts:
     opts.update(token_kl=token_kl.reshape(-1, g, t), kl_coef=hyper.kl_coef)
   adv, weight = fn(r, rollout.valid.reshape(-1, g), **opts)
@@ -153,9 +155,18 @@ def _ragged_advantages(rewards, rollout: Rollout, hyper, token_kl):
     opts["lengths"] = grouped(jnp.sum(rollout.mask, -1))
   if token_kl is not None and "token_kl" in accepts:
     opts.update(token_kl=grouped(token_kl), kl_coef=hyper.kl_coef)
+  if "prior" in accepts:
+    opts["prior"] = grouped(_prior(rollout, hyper.advantage))
   valid = grouped(jnp.ones_like(rollout.valid), False)
   adv, weight = fn(r, valid, **opts)
   return from_groups(adv, seg, rank), from_groups(weight, seg, rank), scalar
+
+
+def _prior(rollout: Rollout, name: str) -> jax.Array:
+  if rollout.prior is None:
+    raise ValueError(f"estimator {name!r} needs the per-row prior (p0, w) in rollout.prior "
+                     "(set by the 'v05_extra' round rule); got a rollout without one")
+  return jnp.asarray(rollout.prior, jnp.float32)
 
 
 def _tree_per_prompt(rollout: Rollout, name: str, g: int) -> Tree:

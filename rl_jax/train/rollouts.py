@@ -120,6 +120,28 @@ def check_config(config) -> None:
                      f"its first reward component exceeds it), got {rl.success_threshold}")
   planner.check_config(config)
   round_rules.active_rules(config)
+  if rl.advantage == "v05":
+    _check_v05(config)
+
+
+def _check_v05(config) -> None:
+  """advantage='v05' needs ragged groups that can hold n_max rows, and a known prior."""
+  from rl_jax.value import priors  # pylint: disable=import-outside-toplevel
+  rl, v = config.rl, config.rl.v05
+  if not rl.group_size <= v.n_max <= rl.max_group_size:
+    raise ValueError(f"config.rl.advantage='v05' with group_size={rl.group_size}, "
+                     f"v05.n_max={v.n_max}, max_group_size={rl.max_group_size}; expected "
+                     "group_size <= v05.n_max <= max_group_size (ragged groups, e.g. "
+                     "--config.rl.max_group_size=16 --config.rl.rows=2*B*G)")
+  if rl.dynamic_sampling:
+    raise ValueError("config.rl.advantage='v05' with dynamic_sampling=True; expected "
+                     "dynamic_sampling=False (V0.5 draws its own extra rounds)")
+  if v.prior not in priors.PRIORS:
+    raise ValueError(f"config.rl.v05.prior={v.prior!r}; expected one of "
+                     f"{list(priors.PRIORS.names())}")
+  if not 0 < v.p0_clip[0] < v.p0_clip[1] < 1:
+    raise ValueError(f"config.rl.v05.p0_clip={tuple(v.p0_clip)}; expected (lo, hi) with "
+                     "0 < lo < hi < 1")
 
 
 def informative_groups(rewards: np.ndarray, valid: np.ndarray, group_size: int,

@@ -11,7 +11,8 @@ When no rule asks for more (or `config.rl.max_gen_rounds` rounds have run), the 
 one, the first B slots are the batch.
 
 Rules are registered in `ROUND_RULES` as factories `make(config, context) -> rule`; `context` is
-a dict with what some rules need (`exp`, `params`, `step`, `history`). `active_rules(config)`
+a dict with what some rules need (`exp`, `params`, `step`, `history`; tests may pass a `prior`).
+After assembly each rule's `finish` may add fields to the batch. `active_rules(config)`
 lists the rules a config turns on: 'dapo_dynamic' with `rl.dynamic_sampling`, 'v05_extra' with
 `rl.advantage='v05'`, and any names in `rl.round_rules`.
 """
@@ -120,6 +121,12 @@ class RoundRule:
     del pool, num_slots
     return None
 
+  def finish(self, pool: Pool, batch, slots: np.ndarray):
+    """The assembled batch (Rollout; batch row group b < B is pool slot `slots[b]`), possibly
+    with fields added (V0.5's per-row prior)."""
+    del pool, slots
+    return batch
+
   def metrics(self) -> dict:
     return {}
 
@@ -152,3 +159,113 @@ class DapoDynamic(RoundRule):
 
   def metrics(self):
     return {"kept_groups": self.kept}
+
+
+@ROUND_RULES.register("v05_extra")
+class V05Extra(RoundRule):
+  """V0.5's extra rounds and per-row prior (ALGORITHMS.md §4.2, RECONSTRUCTED; `value.v05`).
+
+  After each round every slot is tested against its prior p0 (successes = first raw reward
+  component > `rl.success_threshold`); a rejected slot below n_max asks for its group to be
+  doubled (capped at n_max). The rows of a step are limited by the batch (R_max = `rl.rows`):
+  rejected slots are served in order of |z| (largest first) while rows remain; the rest keep
+  their rows and use the empirical mean. `finish` writes (p0, w) per row into `batch.prior`,
+  w = 0 for slots whose prior is rejected at their final size.
+
+  The prior (`config.rl.v05.prior`, `value.priors`) sees the history of earlier steps only
+  (`history.truncate(step)`), never the rollouts it is tested against; `context['prior']`
+  replaces it (tests).
+  """
+
+  def __init__(self, config, context):
+    from rl_jax.train import planner  # pylint: disable=import-outside-toplevel
+    from rl_jax.value import priors, v05  # pylint: disable=import-outside-toplevel
+    from rl_jax.value.history import RolloutHistory  # pylint: disable=import-outside-toplevel
+    self.v05, self.opts = v05, config.rl.v05
+    self.threshold = config.rl.success_threshold
+    self.rows = planner.batch_rows(config)
+    self.params = context.get("params")
+    self.prior = context.get("prior")
+    if self.prior is None:
+      history = context.get("history")
+      past = RolloutHistory() if history is None else history.truncate(context.get("step", 0))
+      self.prior = priors.make(self.opts.prior, context["exp"], past)
+    self.p0 = np.zeros(0)
+    self.s2 = np.zeros(0)
+    self.first_reject = np.zeros(0, bool)
+    self.extra_rows = 0
+    self.short = 0
+    self._metrics = {}
+
+  def _kn(self, pool):
+    raw = pool.all_raw()
+    k = np.asarray([(raw[r, 0] > self.threshold).sum() for r in pool.slot_rows], np.int64)
+    return k, pool.sizes()
+
+  def _predict(self, pool):
+    new = np.arange(len(self.p0), pool.num_slots)
+    if len(new):
+      p0, s2 = self.prior.predict(self.params, np.asarray(pool.slot_prompt)[new])
+      s2 = np.full(len(new), self.opts.sigma0_sq) if self.opts.sigma0_sq > 0 else s2
+      self.p0 = np.concatenate([self.p0, np.asarray(p0, np.float64)])
+      self.s2 = np.concatenate([self.s2, np.asarray(s2, np.float64)])
+
+  def _reject(self, k, n, p0):
+    o = self.opts
+    return self.v05.reject(k, np.maximum(n, 1), p0, alpha=o.alpha, test=o.test,
+                           clip=tuple(o.p0_clip)) & (n > 0)
+
+  def after_round(self, pool, round_idx):
+    from rl_jax.train import planner  # pylint: disable=import-outside-toplevel
+    self._predict(pool)
+    k, n = self._kn(pool)
+    rejected = self._reject(k, n, self.p0)
+    if round_idx == 1:
+      self.first_reject = rejected.copy()
+    want = np.asarray([self.v05.next_size(m, self.opts.n_max) - m for m in n])
+    ask = np.flatnonzero(rejected & (want > 0))
+    if not len(ask):
+      return None
+    z = np.abs(self.v05.z_statistic(k[ask], np.maximum(n[ask], 1), self.p0[ask],
+                                    tuple(self.opts.p0_clip)))
+    left = self.rows - int(n.sum())
+    slots, counts = [], []
+    for s in ask[np.argsort(-z, kind="stable")]:
+      if want[s] <= left:
+        slots.append(s)
+        counts.append(want[s])
+        left -= want[s]
+      else:
+        self.short += 1
+    if not slots:
+      return None
+    self.extra_rows += int(sum(counts))
+    slots = np.asarray(slots, np.int64)
+    return planner.Requests(np.asarray(pool.slot_prompt)[slots], counts, slots)
+
+  def finish(self, pool, batch, slots):
+    self._predict(pool)
+    k, n = self._kn(pool)
+    o = self.opts
+    rejected = self._reject(k, n, self.p0)
+    w = np.where(rejected, 0.0, self.v05.fusion_weight(self.p0, self.s2, np.maximum(n, 1),
+                                                       form=o.fusion, clip=tuple(o.p0_clip)))
+    group = np.asarray(batch.group)
+    inside = (group < len(slots)) & np.asarray(batch.valid)
+    slot_of = np.asarray(slots)[np.minimum(group, len(slots) - 1)]
+    prior = np.zeros((len(group), 2), np.float32)
+    prior[inside, 0] = self.p0[slot_of[inside]]
+    prior[inside, 1] = w[slot_of[inside]]
+    chosen = np.asarray(slots)
+    first = self.first_reject if len(self.first_reject) else rejected
+    self._metrics = {
+        "v05/rejected_frac": float(first[chosen].mean()),
+        "v05/rejected_final_frac": float(rejected[chosen].mean()),
+        "v05/extra_rows": self.extra_rows, "v05/short": self.short,
+        "v05/w_mean": float(w[chosen].mean()), "v05/p0_mean": float(self.p0[chosen].mean()),
+        "v05/sigma0_sq_mean": float(self.s2[chosen].mean()),
+        "v05/group_size_mean": float(n[chosen].mean())}
+    return batch.replace(prior=prior)
+
+  def metrics(self):
+    return dict(self._metrics)

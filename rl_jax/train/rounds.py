@@ -98,9 +98,13 @@ def collect(draw: Callable, config, *, extend: Optional[Callable] = None, histor
     choice = rule.select(pool, rl.prompts_per_step)
     if choice is not None:
       break
-  for rule in rules:
-    metrics.update(rule.metrics())
+  if choice is None:
+    first = min(rl.prompts_per_step, pool.num_slots)
+    choice = (np.arange(first), np.ones(first, bool))
   batch, shaped, raw = assemble(pool, config, choice)
+  for rule in rules:
+    batch = rule.finish(pool, batch, np.asarray(choice[0]))
+    metrics.update(rule.metrics())
   valid = np.asarray(batch.valid)
   metrics["batch_tokens"] = int(np.asarray(batch.mask).sum())
   for name, col in zip(rl.rewards, raw.T):

@@ -40,6 +40,8 @@ def _call(name, rewards, valid, lengths, t_max=4, *, use_jit=True, **options):
     options['mask'] = _mask_from_lengths(lengths, t_max)
   if name == 'opo':
     options['lengths'] = np.asarray(lengths)
+  if name == 'v05':  # Per-row (p0, w) of the group's prior: b = 0.5·0.3 + 0.5·r̄.
+    options['prior'] = jnp.broadcast_to(jnp.asarray([0.3, 0.5]), rewards.shape[:2] + (2,))
   if use_jit:
     return _run(fn, rewards, jnp.asarray(valid), **options)
   return fn(rewards, jnp.asarray(valid), **options)
