@@ -181,10 +181,11 @@ def train(config, run_dir: str, history: RolloutHistory, out_dir: str, *, steps:
   pooled.update(_baselines(cfg, params, history, base_in))
   att = np.concatenate([b[1].attempts for b in base_in])
   noise = float(np.mean(np.where(att > 1, r * (1 - r) / np.maximum(att - 1, 1), 0.0)))
-  sigma0 = max(float(np.mean((p - r) ** 2)) - noise, v0_train.SIGMA0_SQ_FLOOR)
+  sigma0 = max(float(np.mean((p - r) ** 2)) - noise, vcfg.sigma0_sq_floor)
   summary = {"metrics": pooled, "per_step": per_step, "sigma0_sq": sigma0,
              "train_steps": [int(s) for s in train_steps_], "val_steps": [int(s) for s in held],
-             "checkpoints": [int(s) for s in ckpt_steps], "loss_first": losses[0] if losses else None,
+             "checkpoints": [int(s) for s in ckpt_steps],
+             "loss_first": losses[0] if losses else None,
              "loss_last": losses[-1] if losses else None, "optimizer_steps": steps,
              "val_rows": int(len(r)), "seconds": time.time() - t0}
   v0_io.save(out_dir, cfg, params, extra={"sigma0_sq": sigma0})
