@@ -72,6 +72,13 @@ def policy_checkpoints(exp) -> dict:
   return out
 
 
+def checkpoint_for(step: int, ckpt_steps) -> int:
+  """The newest checkpoint step <= `step` (the policy that sampled it, when kept), else the
+  oldest one."""
+  ckpt_steps = np.sort(np.asarray(ckpt_steps))
+  return int(ckpt_steps[max(np.searchsorted(ckpt_steps, step, "right") - 1, 0)])
+
+
 def _with_workdir(exp, workdir):
   import dataclasses  # pylint: disable=import-outside-toplevel
   return dataclasses.replace(exp, workdir=workdir)
@@ -141,7 +148,7 @@ def train(config, run_dir: str, history: RolloutHistory, out_dir: str, *, steps:
   train_steps_, held = all_steps[:-n_val], all_steps[-n_val:]
   ckpts = policy_checkpoints(exp)
   ckpt_steps = np.array(sorted(ckpts))
-  of_step = lambda s: int(ckpt_steps[max(np.searchsorted(ckpt_steps, s, "right") - 1, 0)])
+  of_step = lambda s: checkpoint_for(s, ckpt_steps)
   ids = np.unique(table.prompt_id)
   cache = {}
 
