@@ -139,6 +139,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "value.v0.train_window": _int(1),
     "value.v0.min_attempts": _int(1),
     "value.v0.sigma0_sq": _real(0.0, 0.25, lo_open=True),
+    "value.v0.sigma0_sq_floor": _real(0.0, 0.25, lo_open=True),
     **_optim("value.v0.optim"),
     "value.v0.calib_prompts": _int(1),
     "value.v0.calib_samples": _int(0),

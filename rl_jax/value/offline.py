@@ -72,6 +72,13 @@ def policy_checkpoints(exp) -> dict:
   return out
 
 
+def checkpoint_for(step: int, ckpt_steps) -> int:
+  """The newest checkpoint step <= `step` (the policy that sampled it, when kept), else the
+  oldest one."""
+  ckpt_steps = np.sort(np.asarray(ckpt_steps))
+  return int(ckpt_steps[max(np.searchsorted(ckpt_steps, step, "right") - 1, 0)])
+
+
 def _with_workdir(exp, workdir):
   import dataclasses  # pylint: disable=import-outside-toplevel
   return dataclasses.replace(exp, workdir=workdir)
@@ -141,7 +148,7 @@ def train(config, run_dir: str, history: RolloutHistory, out_dir: str, *, steps:
   train_steps_, held = all_steps[:-n_val], all_steps[-n_val:]
   ckpts = policy_checkpoints(exp)
   ckpt_steps = np.array(sorted(ckpts))
-  of_step = lambda s: int(ckpt_steps[max(np.searchsorted(ckpt_steps, s, "right") - 1, 0)])
+  of_step = lambda s: checkpoint_for(s, ckpt_steps)
   ids = np.unique(table.prompt_id)
   cache = {}
 
@@ -181,10 +188,11 @@ def train(config, run_dir: str, history: RolloutHistory, out_dir: str, *, steps:
   pooled.update(_baselines(cfg, params, history, base_in))
   att = np.concatenate([b[1].attempts for b in base_in])
   noise = float(np.mean(np.where(att > 1, r * (1 - r) / np.maximum(att - 1, 1), 0.0)))
-  sigma0 = max(float(np.mean((p - r) ** 2)) - noise, v0_train.SIGMA0_SQ_FLOOR)
+  sigma0 = max(float(np.mean((p - r) ** 2)) - noise, vcfg.sigma0_sq_floor)
   summary = {"metrics": pooled, "per_step": per_step, "sigma0_sq": sigma0,
              "train_steps": [int(s) for s in train_steps_], "val_steps": [int(s) for s in held],
-             "checkpoints": [int(s) for s in ckpt_steps], "loss_first": losses[0] if losses else None,
+             "checkpoints": [int(s) for s in ckpt_steps],
+             "loss_first": losses[0] if losses else None,
              "loss_last": losses[-1] if losses else None, "optimizer_steps": steps,
              "val_rows": int(len(r)), "seconds": time.time() - t0}
   v0_io.save(out_dir, cfg, params, extra={"sigma0_sq": sigma0})

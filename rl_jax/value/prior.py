@@ -111,7 +111,8 @@ class V0Prior:
     self.trained_at = step
     if hold_out:
       sigma, vm = v0_train.validation_sigma0_sq(self.cfg, self.params, table, hidden,
-                                                step=int(steps[-1]), support_size=c.support_size)
+                                                step=int(steps[-1]), support_size=c.support_size,
+                                                floor=c.sigma0_sq_floor)
       if sigma is not None:
         self.sigma0_sq = sigma
         m.update(vm)

@@ -15,7 +15,7 @@ Prompt ids: 0 .. N-1 are the task's train problems (as in the rollout history); 
 problem j is id N + j, so V0 can be asked about held-out prompts with a support set of train
 prompts (the backbone sees both through one `PolicyFeatures`).
 
-Calibration (at each RL evaluation): the first `calib_prompts` held-out problems are sampled
+Calibration (at each RL evaluation): `calib_prompts` evenly spaced held-out problems are sampled
 `calib_samples` times at the rollout temperature (cost: `v0/calib_seconds`, `v0/calib_tokens`),
 and V0's prediction is scored against the measured rates (`calibration.metrics`) next to the
 three baselines (`calibration.baselines`; the past rate is the rate measured at the previous
@@ -133,8 +133,9 @@ class RunV0:
   def measure_heldout(self, params, step: int) -> tuple[np.ndarray, np.ndarray, dict]:
     """(held-out indices, success rates [n] over calib_samples samples, cost metrics)."""
     exp, c = self.exp, self.vcfg
-    n = min(c.calib_prompts, len(exp.heldout_prompts))
-    j = np.arange(n)
+    m = len(exp.heldout_prompts)
+    n = min(c.calib_prompts, m)
+    j = (np.arange(n) * m) // n  # evenly spaced: held-out sets may be ordered by stratum
     t0 = time.perf_counter()
     key = jax.random.fold_in(jax.random.fold_in(exp.root_key(), CALIB_TAG), step)
     res = sampling.generate(

@@ -27,7 +27,6 @@ from rl_jax.value import episodes as ep
 from rl_jax.value import v0 as v0_lib
 from rl_jax.value.v0_loss import combined_loss
 
-SIGMA0_SQ_FLOOR = 1e-4  # sigma0^2 is never estimated below this.
 
 
 def optimizer(optim) -> optax.GradientTransformation:
@@ -118,10 +117,10 @@ def predict_ids(cfg, params, hidden: Callable, support_ids, support_y, query_ids
 
 
 def validation_sigma0_sq(cfg, params, table: ep.RateTable, hidden: Callable, *, step: int,
-                         support_size: int) -> tuple[float, dict]:
+                         support_size: int, floor: float = 1e-3) -> tuple[float, dict]:
   """sigma0^2 of V0.5 from the rows of `step` predicted with the support set of the steps
   before it (how the prior is used): `mean((p_hat - r)^2) - mean(r(1-r)/(n-1))` (the squared
-  residual minus the rate's own sampling variance, estimated without bias), floored at 1e-4.
+  residual minus the rate's own sampling variance, estimated without bias), at least `floor`.
   Returns (sigma0_sq, {'val_mse', 'val_noise', 'val_count'}); sigma0_sq is None when there is
   nothing to validate on."""
   rows = table.take(table.step == step)
@@ -132,7 +131,7 @@ def validation_sigma0_sq(cfg, params, table: ep.RateTable, hidden: Callable, *, 
   r, n = rows.rate, rows.attempts
   mse = float(np.mean((p - r) ** 2))
   noise = float(np.mean(np.where(n > 1, r * (1 - r) / np.maximum(n - 1, 1), 0.0)))
-  return max(mse - noise, SIGMA0_SQ_FLOOR), {"val_mse": mse, "val_noise": noise,
+  return max(mse - noise, floor), {"val_mse": mse, "val_noise": noise,
                                              "val_count": float(len(rows))}
 
 

@@ -13,7 +13,7 @@ from absl import app
 from experiments import train_value
 from experiments.configs import common
 from rl_jax.train import loop
-from rl_jax.value import v0_io
+from rl_jax.value import offline, v0_io
 from rl_jax.value.history import RolloutHistory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,7 +24,7 @@ def tiny_run(tmp_path_factory, smoke_config_factory):
   config = smoke_config_factory()
   config.control.enabled = False
   config.eval.temperatures = ()
-  config.rl.update(steps=1, eval_every=0)
+  config.rl.update(steps=0, eval_every=0)  # SFT only: its checkpoint is step 0
   workdir = str(tmp_path_factory.mktemp("run"))
   loop.run(config, workdir)
   rng = np.random.default_rng(0)
@@ -53,7 +53,7 @@ def test_offline_cli_writes_params_and_calibration(tiny_run):
   with open(os.path.join(out, "calibration.json")) as f:
     summary = json.load(f)
   assert summary["val_steps"] == [2, 3] and summary["train_steps"] == [0, 1]
-  assert summary["checkpoints"] == [0, 1]  # the SFT policy (step 0) and the RL checkpoint
+  assert summary["checkpoints"] == [0]  # the SFT policy
   assert summary["optimizer_steps"] == 3 and summary["val_rows"] == 12
   cfg, params = v0_io.load(out)
   assert cfg.num_queries == 4 and params["encoder"]["q_static"].shape == (4, 6)
@@ -67,3 +67,9 @@ def test_overrides_are_typed_and_unknown_fields_named():
   assert (v.head, v.support_size, v.estimate_sigma0, v.alpha) == ("transformer", 16, False, 0.5)
   with pytest.raises(app.UsageError, match="no_such"):
     train_value.apply_overrides(config, ["no_such=1"])
+
+
+def test_history_steps_take_the_features_of_the_policy_that_sampled_them():
+  assert [offline.checkpoint_for(s, [50, 0, 25]) for s in (0, 1, 24, 25, 49, 74)] == [
+      0, 0, 0, 25, 25, 50]
+  assert offline.checkpoint_for(3, [25, 50]) == 25  # no older checkpoint: the oldest kept

@@ -46,3 +46,16 @@ def test_logistic_regression_separates_a_separable_feature():
   assert (p[2:] > 0.8).all() and (p[:2] < 0.2).all()
   out = calibration.baselines(y, support_y=y, support_x=x, query_x=x)
   assert out["baseline_logreg/auroc"] == 1.0
+
+
+def test_value_v0_sweep_applies_to_the_ladder_config():
+  from experiments.configs import ladder  # pylint: disable=import-outside-toplevel
+  from experiments.sweeps import value_v0  # pylint: disable=import-outside-toplevel
+  from rl_jax.train import config_check  # pylint: disable=import-outside-toplevel
+  runs = value_v0.get_sweep()
+  assert len(runs) == 3 and {r["seed"] for r in runs} == {0, 1, 2}
+  for run in runs:
+    config = ladder.get_config()
+    config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
+    config_check.check(config)
+    assert config.value.v0.enabled

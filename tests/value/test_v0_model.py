@@ -9,6 +9,7 @@ from rl_jax.value import v0 as v0_lib
 from rl_jax.value import v0_loss
 from rl_jax.value.v0_model import V0Encoder
 
+pytestmark = pytest.mark.usefixtures("fast_compiles")
 D, L = 16, 5
 CFG = v0_lib.V0Config(num_queries=4, query_dim=6, num_heads=3, mlp_hidden=8, head_dim=8)
 

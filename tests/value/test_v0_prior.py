@@ -1,4 +1,4 @@
-"""V0Prior on a fake history: support refresh, periodic training, sigma0^2, resume == uninterrupted."""
+"""V0Prior on a fake history: support refresh, periodic training, sigma0^2, resume equality."""
 
 import jax
 import numpy as np
@@ -56,7 +56,7 @@ def test_prior_trains_every_k_steps_and_resume_equals_uninterrupted():
     logged[s] = a.update(h.truncate(s + 1), policy, s)
   assert [s for s, m in logged.items() if m] == [2, 5]  # (s + 1) % train_every == 0
   assert {"v0/loss", "v0/l_pair", "v0/l_ce", "v0/sigma0_sq"} <= set(logged[5])
-  assert a.sigma0_sq != c.sigma0_sq and a.sigma0_sq >= 1e-4
+  assert a.sigma0_sq != c.sigma0_sq and a.sigma0_sq >= c.sigma0_sq_floor
   assert not np.allclose(before["head"]["proj"]["kernel"], a.params["head"]["proj"]["kernel"])
   p_a, s_a = a.predict(policy, np.arange(N))
   assert p_a.shape == (N,) and ((p_a > 0) & (p_a < 1)).all() and (s_a == a.sigma0_sq).all()
