@@ -218,12 +218,12 @@ def base() -> ml_collections.ConfigDict:
   # prompt, or a Hugging Face checkpoint directory. init: a directory of V0 parameters to start
   # from (experiments/train_value.py writes one; '' = random). Sizes (reference: 168 queries x 6,
   # 3 heads, MLP 128): num_queries x query_dim, num_heads, mlp_hidden, dropout; head: 'kernel' |
-  # 'transformer' (rl_jax.value.v0_model.HEADS), head_dim. Training: every train_every RL steps,
-  # train_steps optax steps of episodes_per_step episodes (episode_queries queries,
-  # support_size support prompts) drawn from the last train_window steps; loss
-  # alpha*L_pair + (1-alpha)*L_ce. Rows need min_attempts rollouts. sigma0_sq: the prior's error
-  # variance until estimated on the held-out newest step (estimate_sigma0; never below
-  # sigma0_sq_floor). Calibration at each RL evaluation: calib_prompts held-out prompts x
+  # 'transformer' | 'ridge' (rl_jax.value.v0_model.HEADS), head_dim. Training: every
+  # train_every RL steps, train_steps optax steps of episodes_per_step episodes
+  # (episode_queries queries, support_size support prompts) drawn from the last train_window
+  # steps; loss alpha*L_pair + (1-alpha)*L_ce. Rows need min_attempts rollouts. sigma0_sq: the
+  # prior's error variance until estimated on the held-out newest step (estimate_sigma0; never
+  # below sigma0_sq_floor). Calibration at each RL evaluation: calib_prompts held-out prompts x
   # calib_samples samples at the rollout temperature (0 = off).
   c.value = ml_collections.ConfigDict(dict(v0=ml_collections.ConfigDict(dict(
       enabled=False, backbone="", init="", num_queries=32, query_dim=6, num_heads=3,

@@ -20,6 +20,9 @@ episodes, with `y_S` the support success rates in [0, 1]:
   `p_hat = (sum_j k_j y_j + a m) / (sum_j k_j + a)` with m the support mean and a > 0 a learned
   pseudo-count; logit = s·logit(p_hat) + c (s = 1, c = 0 at init). A query identical to a support
   item gets kernel weight 1 on it.
+* 'ridge': ridge regression of y on the standardised projections `W x` fitted on the support
+  set inside the forward pass (`w = (Z^T Z / S + lam I)^-1 Z^T (y - y_bar) / S`, lam learned),
+  p_hat = clip(z_q·w + y_bar, 1e-3, 1 - 1e-3); logit = s·logit(p_hat) + c.
 * 'transformer': a one-block set transformer (TabPFN-like): support tokens `W x_j + E y_j`
   attend to each other; query tokens `W x_q` attend to the support only; a linear read-out
   (zero-initialised) adds to the logit of the smoothed support mean `(sum y + 1/2)/(S + 1)`, so
@@ -149,6 +152,33 @@ class TransformerHead(nn.Module):
     return (jnp.log(m) - jnp.log1p(-m))[:, None] + out
 
 
+class RidgeHead(nn.Module):
+  """The 'ridge' in-context head (module doc): ridge regression fitted on the support set in the
+  forward pass (closed form, differentiable), applied to the queries."""
+
+  head_dim: int = 32
+  lam_init: float = 0.1
+
+  @nn.compact
+  def __call__(self, sx, sy, smask, qx):
+    proj = nn.Dense(self.head_dim, name="proj")
+    zs, zq = proj(sx), proj(qx)
+    m = smask.astype(jnp.float32)[..., None]                       # [E, S, 1]
+    n = jnp.maximum(jnp.sum(m, axis=1, keepdims=True), 1.0)        # [E, 1, 1]
+    mu = jnp.sum(zs * m, axis=1, keepdims=True) / n
+    sd = jnp.sqrt(jnp.sum(((zs - mu) * m) ** 2, axis=1, keepdims=True) / n + 1e-6)
+    zs, zq = (zs - mu) / sd * m, (zq - mu) / sd
+    ybar = jnp.sum(sy[..., None] * m, axis=1) / n[:, 0]             # [E, 1]
+    lam = jnp.exp(self.param("log_lam", nn.initializers.constant(math.log(self.lam_init)), ()))
+    gram = jnp.einsum("esd,esf->edf", zs, zs) / n + lam * jnp.eye(self.head_dim)
+    rhs = jnp.einsum("esd,es->ed", zs, (sy - ybar) * m[..., 0]) / n[:, 0]
+    w = jnp.linalg.solve(gram, rhs[..., None])[..., 0]              # [E, d]
+    p = jnp.clip(jnp.einsum("eqd,ed->eq", zq, w) + ybar, 1e-3, 1 - 1e-3)
+    scale = self.param("scale", nn.initializers.ones, ())
+    shift = self.param("shift", nn.initializers.zeros, ())
+    return scale * (jnp.log(p) - jnp.log1p(-p)) + shift
+
+
 def _unit(x):
   return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-12)
 
@@ -156,3 +186,4 @@ def _unit(x):
 HEADS = Registry("v0 head")
 HEADS.register("kernel")(KernelHead)
 HEADS.register("transformer")(TransformerHead)
+HEADS.register("ridge")(RidgeHead)

@@ -61,10 +61,10 @@ def test_offline_cli_writes_params_and_calibration(tiny_run):
 
 def test_overrides_are_typed_and_unknown_fields_named():
   config = common.base()
-  train_value.apply_overrides(config, ["head=transformer", "support_size=16",
+  train_value.apply_overrides(config, ["head=ridge", "support_size=16",
                                        "estimate_sigma0=false", "alpha=0.5"])
   v = config.value.v0
-  assert (v.head, v.support_size, v.estimate_sigma0, v.alpha) == ("transformer", 16, False, 0.5)
+  assert (v.head, v.support_size, v.estimate_sigma0, v.alpha) == ("ridge", 16, False, 0.5)
   with pytest.raises(app.UsageError, match="no_such"):
     train_value.apply_overrides(config, ["no_such=1"])
 

@@ -49,7 +49,7 @@ def test_padding_keys_are_masked():
                              enc.apply({"params": params}, h2, mask), atol=1e-6)
 
 
-@pytest.mark.parametrize("head", ["kernel", "transformer"])
+@pytest.mark.parametrize("head", ["kernel", "transformer", "ridge"])
 def test_query_identical_to_a_positive_of_255_positives_and_1_negative(head):
   cfg = v0_lib.V0Config(**{**CFG.__dict__, "head": head})
   h, mask = _hidden(256)
