@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
 
 import numpy as np
 
@@ -188,8 +187,3 @@ class V0Allocation(Allocator):
     n[keep] += k
     order = np.concatenate([np.flatnonzero(keep), np.flatnonzero(~keep)])
     return Allocation(fit_to_budget(n, budget, order), np.ones(len(p), bool))
-
-
-def _check_isfinite(x: float, name: str) -> None:
-  if not math.isfinite(x):
-    raise AllocationError(f"{name}={x} must be finite")
