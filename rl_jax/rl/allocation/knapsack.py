@@ -117,8 +117,8 @@ def knapsack_counts(p: np.ndarray, valid: np.ndarray, budget: Budget, *, default
     if fallback:
       est = int(np.sum(np.minimum(budget.max_n, _fallback_cost(p[eff], alpha, cost)).astype(
           np.int64)))
-      if est < rest:
-        cand = zero if zero.any() else ~eff
+      cand = zero if zero.any() else ~eff
+      if est < rest and cand.any():  # (Every prompt effective: the reference divides by 0.)
         n[cand] += spread(rest - est, int(cand.sum()))
         rest = est
     k = knapsack_greedy(p[eff], rest, m, budget.max_n - m)
