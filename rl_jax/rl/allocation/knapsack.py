@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
 
 import numpy as np
 
@@ -118,8 +117,8 @@ def knapsack_counts(p: np.ndarray, valid: np.ndarray, budget: Budget, *, default
     if fallback:
       est = int(np.sum(np.minimum(budget.max_n, _fallback_cost(p[eff], alpha, cost)).astype(
           np.int64)))
-      if est < rest:
-        cand = zero if zero.any() else ~eff
+      cand = zero if zero.any() else ~eff
+      if est < rest and cand.any():  # (Every prompt effective: the reference divides by 0.)
         n[cand] += spread(rest - est, int(cand.sum()))
         rest = est
     k = knapsack_greedy(p[eff], rest, m, budget.max_n - m)
@@ -188,8 +187,3 @@ class V0Allocation(Allocator):
     n[keep] += k
     order = np.concatenate([np.flatnonzero(keep), np.flatnonzero(~keep)])
     return Allocation(fit_to_budget(n, budget, order), np.ones(len(p), bool))
-
-
-def _check_isfinite(x: float, name: str) -> None:
-  if not math.isfinite(x):
-    raise AllocationError(f"{name}={x} must be finite")
