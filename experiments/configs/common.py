@@ -108,7 +108,8 @@ def base() -> ml_collections.ConfigDict:
       # and soft overlong punishment over the last overlong_buffer tokens (0 = off).
       dynamic_sampling=False, max_gen_rounds=4, overlong_buffer=0,
       overlong_penalty_factor=1.0,
-      # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' (ALGORITHMS.md §3).
+      # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' | 'treepo'
+      # (ALGORITHMS.md §3).
       rollout="iid",
       # LATR (rl_jax/sampling/latr.py); defaults of the reference's math scripts. A threshold
       # < 0 disables that pruning criterion. mix_schedule: ((start_step, η), ...), η = the
@@ -125,7 +126,10 @@ def base() -> ml_collections.ConfigDict:
       # rl_jax options, off in the reference.
       eptree=ml_collections.ConfigDict(dict(num_chains=6, forks_per_round=2, rounds=1,
                                             branches=2, min_tokens_left=0,
-                                            min_prefix_fraction=0.0))))
+                                            min_prefix_fraction=0.0)),
+      # TreePO (rl_jax/sampling/treepo.py): segments of segment_len tokens, first_width paths
+      # from the prompt, each live path becomes `branches` paths at a boundary (G leaves).
+      treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2))))
   # Where the training problems come from (experiments/README.md compares the two).
   # 'memory' (default): the task's lists, each step's batch drawn with a stateless host RNG.
   # 'grain': the task written once as a TFDS dataset (array_record, rl_jax.data.tfds_builders)
