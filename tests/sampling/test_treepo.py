@@ -110,3 +110,16 @@ def test_treepo_rollout_mode_through_rl_inputs(smoke_config, tmp_path):
   smoke_config.rl.dynamic_sampling = True
   with pytest.raises(ValueError, match="not supported with rollout='treepo'"):
     rollouts.check_config(smoke_config)
+
+
+def test_engine_sweep_applies_to_the_ladder_config():
+  from experiments.configs import ladder  # pylint: disable=g-import-not-at-top
+  from experiments.sweeps import engine  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import rollouts  # pylint: disable=g-import-not-at-top
+  runs = engine.get_sweep()
+  assert len(runs) == 3 * len(engine.VARIANTS)
+  for run in runs:
+    config = ladder.get_config()
+    config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
+    rollouts.check_config(config)
+    assert config.rl.rollout == "treepo"
