@@ -2,8 +2,11 @@
 counts order as they must (refill <= stop <= scan slot-steps)."""
 
 import numpy as np
+import pytest
 
 from benchmarks import decode as bench
+
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # Compiling dominates the tiny size.
 
 
 def test_long_tail_lengths():

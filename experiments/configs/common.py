@@ -130,7 +130,8 @@ def base() -> ml_collections.ConfigDict:
       # and soft overlong punishment over the last overlong_buffer tokens (0 = off).
       dynamic_sampling=False, max_gen_rounds=4, overlong_buffer=0,
       overlong_penalty_factor=1.0,
-      # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' (ALGORITHMS.md §3).
+      # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' | 'treepo'
+      # (ALGORITHMS.md §3).
       rollout="iid",
       # Planner (rl_jax/train/planner.py). max_group_size G_max > 0 turns on ragged groups: the
       # batch is `rows` R_max rows (0 = prompts_per_step * group_size), prompt b gets n_b <= G_max
@@ -189,7 +190,10 @@ def base() -> ml_collections.ConfigDict:
       process=ml_collections.ConfigDict(dict(
           delimiter="\n", step_token_ids=(), max_steps=16, alpha=float("nan"), prm_dir="",
           beta=0.05, prm_lr=1e-6, prm_grad_clip=10.0, norm="batch", oprl_weight=1.0,
-          oprl_baseline="rloo"))))
+          oprl_baseline="rloo")),
+      # TreePO (rl_jax/sampling/treepo.py): segments of segment_len tokens, first_width paths
+      # from the prompt, each live path becomes `branches` paths at a boundary (G leaves).
+      treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2))))
   # Where the training problems come from (experiments/README.md compares the two).
   # 'memory' (default): the task's lists, each step's batch drawn with a stateless host RNG.
   # 'grain': the task written once as a TFDS dataset (array_record, rl_jax.data.tfds_builders)

@@ -27,7 +27,8 @@ from typing import Optional
 import jax
 import numpy as np
 
-from rl_jax import parallel, sampling
+from rl_jax import parallel
+from rl_jax.sampling import engines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,21 +165,22 @@ def sample_requests(exp, params, requests: Requests, key, *, rows: int, score):
   Returns:
     (fields dict of tokens/mask/logp [rows, T], group [rows], valid [rows], rewards [rows, K],
     host metrics with `rollout_tokens` = completion tokens of the valid rows). Uniform requests
-    filling all rows use `generate(num_samples=n)` on the B prompts (today's grouped call);
-    otherwise `generate(num_samples=1)` on the row-wise repeated prompts.
+    filling all rows use the engine with `num_samples=n` on the B prompts (today's grouped call);
+    otherwise `num_samples=1` on the row-wise repeated prompts.
   """
   counts, ids = requests.counts, requests.prompt_ids
   group, valid = layout(counts, rows)
   n = requests.total
   row_ids = np.repeat(ids, counts)
+  generate = engines.from_config(exp.config)  # config.sampling.engine: scan | stop | refill.
   if n == rows and len(counts) and (counts == counts[0]).all():
-    out = parallel.to_host(sampling.generate(
+    out = parallel.to_host(generate(
         params, exp.train_prompts[ids], exp.train_prompt_mask[ids], key, cfg=exp.model_cfg,
         strategy=exp.rollout_strategy, max_new_tokens=exp.max_new_tokens,
         eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id, num_samples=int(counts[0])))
   else:
     padded = np.concatenate([row_ids, np.full(rows - n, row_ids[0] if n else 0, np.int64)])
-    out = parallel.to_host(sampling.generate(
+    out = parallel.to_host(generate(
         params, exp.train_prompts[padded], exp.train_prompt_mask[padded], key, cfg=exp.model_cfg,
         strategy=exp.rollout_strategy, max_new_tokens=exp.max_new_tokens,
         eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id, num_samples=1))

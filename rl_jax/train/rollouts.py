@@ -11,7 +11,8 @@ for ragged groups):
   round(G·η(step)) rows from LATR trees (`rl_jax.sampling.latr`, options `config.rl.latr`, η the
   piecewise-constant `mix_schedule`) and the rest independently; 'eptree' grows EPTree trees
   (`rl_jax.sampling.eptree`, options `config.rl.eptree`) and keeps G of their leaves per prompt,
-  recording the tree for the tree advantages. `rollout_tokens` counts the tokens decoded to
+  recording the tree for the tree advantages; 'treepo' grows a segment-wise TreePO tree of G
+  leaves per prompt (`rl_jax.sampling.treepo`, options `config.rl.treepo`), tree recorded. `rollout_tokens` counts the tokens decoded to
   make the batch (a fork's shared prefix once), `batch_tokens` the completion tokens in it.
 * Dynamic sampling (`dynamic_sampling=True`): groups whose rewards are all equal carry no
   gradient and are dropped; further generation rounds of `prompts_per_step` fresh prompts are
@@ -41,7 +42,7 @@ from rl_jax import parallel
 from rl_jax import rewards as rewards_lib
 from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
-from rl_jax.sampling import engines, eptree, latr
+from rl_jax.sampling import engines, eptree, latr, treepo
 from rl_jax.train import allocate, planner, rl_inputs, round_rules, rounds
 from rl_jax.train.experiment import Experiment
 from rl_jax.types import Rollout
@@ -49,7 +50,7 @@ from rl_jax.types import Rollout
 # Random-stream tags (phases.PHASE_TAGS): round 0 uses the RL phase's stream, rounds >= 1 their own.
 # Extension rounds (extra rows of prompts already drawn, e.g. V0.5) use EXTEND_TAG.
 RL_TAG, EXTRA_ROUND_TAG, EXTEND_TAG = 2, 5, 6
-ROLLOUTS = ("iid", "latr", "eptree")
+ROLLOUTS = ("iid", "latr", "eptree", "treepo")
 overlong_shaping = rounds.overlong_shaping
 
 
@@ -70,6 +71,12 @@ def eptree_options(config) -> eptree.EPTreeOptions:
                               rounds=c.rounds, branches=c.branches,
                               min_tokens_left=c.min_tokens_left,
                               min_prefix_fraction=c.min_prefix_fraction)
+
+
+def treepo_options(config) -> treepo.TreePOOptions:
+  c = config.rl.treepo
+  return treepo.TreePOOptions(segment_len=c.segment_len, first_width=c.first_width,
+                              branches=c.branches)
 
 
 def mix_ratio(schedule, step: int) -> float:
@@ -112,9 +119,11 @@ def check_config(config) -> None:
       raise ValueError(f"config.rl.group_size={rl.group_size} exceeds the {leaves} leaves per "
                        f"prompt of config.rl.eptree (num_chains·(1 + rounds·forks_per_round·"
                        f"branches))")
-    if rl.dynamic_sampling:
-      raise ValueError("config.rl.dynamic_sampling is not supported with rollout='eptree' "
-                       "(groups carry a tree); use rollout='iid' or 'latr'")
+  if rl.rollout in ("eptree", "treepo") and rl.dynamic_sampling:
+    raise ValueError(f"config.rl.dynamic_sampling is not supported with rollout="
+                     f"{rl.rollout!r} (groups carry a tree); use rollout='iid' or 'latr'")
+  if rl.rollout == "treepo":
+    treepo_options(config)
   if not 0.0 <= rl.success_threshold < 1.0:
     raise ValueError(f"config.rl.success_threshold must be in [0, 1) (a rollout succeeds when "
                      f"its first reward component exceeds it), got {rl.success_threshold}")
@@ -189,7 +198,8 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
     rows = planner.engine_rows(requests.total, planner.batch_rows(exp.config))
     return (*_engine_round(exp, params, requests, key, max(rows, requests.total)), idx)
   rows = np.repeat(idx, rl.group_size)
-  sample = {"iid": _iid_rows, "latr": _latr_rows, "eptree": _eptree_rows}[rl.rollout]
+  sample = {"iid": _iid_rows, "latr": _latr_rows, "eptree": _eptree_rows,
+            "treepo": _treepo_rows}[rl.rollout]
   out, rewards, extra = sample(exp, params, idx, key, rng, step)
   batch = Rollout(prompt_tokens=exp.train_prompts[rows], prompt_mask=exp.train_prompt_mask[rows],
                   tokens=np.asarray(out["tokens"]), mask=np.asarray(out["mask"]),
@@ -320,6 +330,22 @@ def _eptree_rows(exp: Experiment, params, idx, key, rng, step):
                 tree=eptree.restrict(out.tree, keep))
   return fields, all_rewards[keep], {"rollout_tokens": out.decode_tokens,
                                      "tree_leaves": opts.leaves, **counts}
+
+
+def _treepo_rows(exp: Experiment, params, idx, key, rng, step):
+  """A TreePO tree of G leaves per prompt (rl_jax.sampling.treepo), recorded for the tree
+  advantages."""
+  del rng, step
+  g = exp.config.rl.group_size
+  out = treepo.treepo_rollout(params, exp.train_prompts[idx], exp.train_prompt_mask[idx], key,
+                              cfg=exp.model_cfg, strategy=exp.rollout_strategy,
+                              options=treepo_options(exp.config), group=g,
+                              max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
+                              pad_id=exp.tokenizer.pad_id)
+  rewards, counts = _score(exp, out.tokens, out.mask, np.repeat(idx, g))
+  fields = dict(tokens=out.tokens, mask=out.mask, logp=out.logp, tree=out.tree)
+  return fields, rewards, {"rollout_tokens": out.decode_tokens,
+                           "tree_filled_rows": int(out.filled.sum()), **counts}
 
 
 

@@ -137,6 +137,7 @@ def _eos_biased(params, eos, scale):
   return params
 
 
+@pytest.mark.usefixtures("fast_compiles")  # The last tests of the module: compiling dominates.
 @pytest.mark.parametrize("case", ["mixed", "all_stop_early", "none_stop"])
 def test_stop_when_done_equals_fixed_scan(setup, case):
   """The while loop over chunks (exit_every = 1, 3) gives the fixed scan's outputs bit for bit;

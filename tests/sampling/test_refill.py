@@ -11,6 +11,7 @@ from rl_jax.rl import logprobs
 from rl_jax.sampling import engines, refill
 
 G, T = 3, 12
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # Compiling dominates these tiny shapes.
 
 
 @pytest.fixture(scope="module")

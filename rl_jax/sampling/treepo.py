@@ -1,0 +1,177 @@
+"""TreePO's segment-wise tree sampling (ALGORITHMS.md §3.3) over the explicit KV cache.
+
+Per prompt, a budget of G leaves in G slots: `first_width` paths start from the prompt; they are
+decoded in segments of `segment_len` tokens, and at every segment boundary each live path forks
+into `branches` paths (itself and `branches` − 1 children in free slots, while free slots last:
+the reference's `tree_fixed_step_div`), until every path has ended (EOS or the length limit).
+Every segment of a path is a tree node (the reference's path ids root#c1#c2…), so the tree of
+`types.Tree` has node 0 = the prompt and one node per (path, segment); its leaves feed the tree
+advantages (`rl.tree_advantages.treepo`: subgroup baselines per depth).
+
+Prefix reuse: a child copies its parent's KV-cache row and next-token logits at the boundary
+(`KVCache.take_rows`), so a shared prefix is decoded once. All G·B slots decode in lock-step
+(static shapes, one compile per segment length); a slot not in use gets a length limit of 1 and
+its draws are discarded. Token t of a segment in slot s is drawn with
+fold_in(fold_in(fold_in(rng, segment), s), t) (`decode.draw_rows`), so siblings differ. The
+orchestration (which slot forks from which) runs on the host between segments.
+
+Simplifications against the reference [R]: the first width is fixed (the reference draws it in
+[2, 8]); there is no depth cap beyond T / segment_len; and when a prompt's paths all end before
+its budget is used, the missing leaves are copies of its first leaf (as EPTree's fill does), not
+the reference's fallback re-expansions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl_jax import models
+from rl_jax.sampling.decode import decode_loop
+from rl_jax.sampling.eptree import incidence
+from rl_jax.sampling.strategies import Sampling
+from rl_jax.types import Tree
+
+
+@dataclasses.dataclass(frozen=True)
+class TreePOOptions:
+  """segment_len: tokens per segment (the reference: 512). first_width: paths started from the
+  prompt. branches: paths each live path becomes at a boundary (the reference: 2)."""
+
+  segment_len: int = 8
+  first_width: int = 2
+  branches: int = 2
+
+  def __post_init__(self):
+    for name in ("segment_len", "first_width", "branches"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"config.rl.treepo.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclasses.dataclass
+class TreePORollout:
+  """Host arrays; prompt b's leaves are rows b·G … b·G + G − 1.
+
+  Attributes:
+    tokens, mask, logp: [B·G, T] completions (as `decode.Samples`).
+    tree: `types.Tree` with parent/depth [B, N], leaf_node [B·G, N], node_of [B·G, T].
+    decode_tokens: completion tokens decoded (a shared prefix once; fill copies not counted).
+    filled: [B·G] bool, rows that are copies of their prompt's first leaf.
+  """
+
+  tokens: np.ndarray
+  mask: np.ndarray
+  logp: np.ndarray
+  tree: Tree
+  decode_tokens: int
+  filled: np.ndarray
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "group", "cache_size"))
+def _start(params, prompt, prompt_mask, *, cfg: models.ModelConfig, group: int, cache_size: int):
+  """Prefill of the B prompts, copied to G slots each: (cache, next-token logits [B·G, V])."""
+  cache = models.init_cache(cfg, prompt.shape[0], cache_size)
+  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
+  rows = jnp.repeat(jnp.arange(prompt.shape[0]), group)
+  return cache.take_rows(rows), logits[rows]
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "strategy", "segment_len", "eos_id",
+                                             "pad_id"))
+def _segment(params, cache, logits, src, limits, rng, *, cfg: models.ModelConfig,
+             strategy: Sampling, segment_len: int, eos_id: int, pad_id: int):
+  """Slots take the rows `src` [S] (forks), decode one segment (row s ends at limits[s]), then
+  feed each row's last token: (samples [S, segment_len], cache, next-token logits)."""
+  cache, logits = cache.take_rows(src), logits[src]
+  out, cache = decode_loop(cfg, params, cache, logits, rng, strategy=strategy,
+                           max_new_tokens=segment_len, eos_id=eos_id, pad_id=pad_id,
+                           row_keys=True, max_lengths=limits)
+  last = jnp.take_along_axis(out.tokens, (jnp.maximum(limits, 1) - 1)[:, None], axis=1)[:, 0]
+  logits, cache = models.decode_step(cfg, params, cache, last)
+  return out, cache, logits
+
+
+def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax.Array, *,
+                   cfg: models.ModelConfig, strategy: Sampling, options: TreePOOptions,
+                   group: int, max_new_tokens: int, eos_id: int,
+                   pad_id: int = 0) -> TreePORollout:
+  """Grows one TreePO tree per left-padded prompt [B, P] with G = `group` leaves each."""
+  o, t_max = options, max_new_tokens
+  b, p = prompt.shape
+  s = b * group
+  seg = min(o.segment_len, t_max)
+  n_seg = -(-t_max // seg)
+  n_nodes = 1 + group * n_seg
+  prompt_of = np.repeat(np.arange(b), group)
+  # Boundary feeds use one slot per segment: P + (segments - 1) · seg + T ... <= P + T + seg.
+  cache_size = p + n_seg * seg
+  big = dataclasses.replace(cfg, max_seq_len=max(cfg.max_seq_len, cache_size))
+  if p + t_max > cfg.max_seq_len:
+    raise ValueError(f"prompt length {p} + max_new_tokens {t_max} exceeds "
+                     f"ModelConfig.max_seq_len={cfg.max_seq_len}")
+  cache, logits = _start(params, jnp.asarray(prompt), jnp.asarray(prompt_mask), cfg=big,
+                         group=group, cache_size=cache_size)
+  tokens = np.full((s, t_max), pad_id, np.int32)
+  mask = np.zeros((s, t_max), bool)
+  logp = np.zeros((s, t_max), np.float32)
+  node_of = np.zeros((s, t_max), np.int32)
+  parent = np.zeros((b, n_nodes), np.int32)
+  depth = np.zeros((b, n_nodes), np.int32)
+  n_used = np.ones(b, np.int32)
+  cur = np.zeros(s, np.int32)
+  used = (np.arange(s) % group) < min(o.first_width, group)
+  live = used.copy()
+  src = np.arange(s)
+  decode_tokens = 0
+  for k in range(n_seg):
+    pos = k * seg
+    width = min(seg, t_max - pos)
+    for i in np.flatnonzero(live):  # Each live path's next segment is a new node.
+      pb = prompt_of[i]
+      n = n_used[pb]
+      n_used[pb] += 1
+      parent[pb, n], depth[pb, n] = cur[i], depth[pb, cur[i]] + 1
+      cur[i] = n
+    limits = np.where(live, width, 1).astype(np.int32)
+    out, cache, logits = _segment(params, cache, logits, jnp.asarray(src), jnp.asarray(limits),
+                                  jax.random.fold_in(rng, k), cfg=big, strategy=strategy,
+                                  segment_len=seg, eos_id=eos_id, pad_id=pad_id)
+    o_tok, o_mask, o_logp = (np.asarray(x)[:, :width] for x in (out.tokens, out.mask, out.logp))
+    rows = np.flatnonzero(live)
+    tokens[rows, pos:pos + width] = o_tok[rows]
+    mask[rows, pos:pos + width] = o_mask[rows]
+    logp[rows, pos:pos + width] = o_logp[rows]
+    node_of[rows, pos:pos + width] = np.where(o_mask[rows], cur[rows, None], 0)
+    decode_tokens += int(o_mask[rows].sum())
+    ended = (o_tok[rows] == eos_id).any(1) | (pos + width >= t_max)
+    live[rows[ended]] = False
+    if not live.any():
+      break
+    src = np.arange(s)
+    for pb in range(b):  # Forks: each live path takes branches - 1 free slots, in slot order.
+      block = np.arange(pb * group, (pb + 1) * group)
+      free = list(block[~used[block]])
+      for i in block[live[block]]:
+        for _ in range(o.branches - 1):
+          if not free:
+            break
+          c = free.pop(0)
+          src[c], used[c], live[c], cur[c] = i, True, True, cur[i]
+          end = pos + width
+          tokens[c, :end], mask[c, :end] = tokens[i, :end], mask[i, :end]
+          logp[c, :end], node_of[c, :end] = logp[i, :end], node_of[i, :end]
+  filled = ~used
+  for pb in range(b):  # Budget not used (every path ended early): copies of the first leaf.
+    block = np.arange(pb * group, (pb + 1) * group)
+    first = block[used[block]][0]
+    for c in block[~used[block]]:
+      tokens[c], mask[c], logp[c], node_of[c] = tokens[first], mask[first], logp[first], \
+          node_of[first]
+  inc = incidence(parent, node_of, mask, prompt_of)
+  tree = Tree(parent=parent, depth=depth, leaf_node=inc, node_of=node_of)
+  return TreePORollout(tokens=tokens, mask=mask, logp=logp, tree=tree,
+                       decode_tokens=decode_tokens, filled=filled)

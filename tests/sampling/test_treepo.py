@@ -1,0 +1,125 @@
+"""TreePO segment-wise tree sampling: the tree's shape, shared prefixes, the trainer's log-probs,
+and the tree advantages on its tree."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rl_jax import models, sampling
+from rl_jax.rl import logprobs, tree_advantages
+from rl_jax.sampling import treepo
+
+G, T, SEG = 8, 12, 4
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # Compiling dominates these tiny shapes.
+
+
+@pytest.fixture(scope="module")
+def grown():
+  cfg = models.ModelConfig(vocab_size=23, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                           d_ff=64, max_seq_len=32)
+  params = models.init_params(cfg, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  lengths = np.array([5, 2])
+  p = 5
+  prompt_mask = np.arange(p)[None, :] >= (p - lengths)[:, None]
+  prompt = np.where(prompt_mask, rng.integers(3, cfg.vocab_size, (2, p)), 0).astype(np.int32)
+  out = treepo.treepo_rollout(params, prompt, prompt_mask, jax.random.key(1), cfg=cfg,
+                              strategy=sampling.Sampling(1.0),
+                              options=treepo.TreePOOptions(segment_len=SEG, first_width=2,
+                                                           branches=2),
+                              group=G, max_new_tokens=T, eos_id=cfg.vocab_size)  # no EOS
+  return cfg, params, prompt, prompt_mask, out
+
+
+def test_tree_shape_and_shared_prefixes(grown):
+  *_, out = grown
+  # No EOS: 2 paths, then 4, then 8 over the 3 segments; every slot used, nothing filled.
+  assert not out.filled.any() and out.mask.all()
+  assert out.decode_tokens == 2 * (2 * SEG + 4 * SEG + 8 * SEG)  # vs 2 * G * T independent
+  tree = out.tree
+  for b in range(2):
+    rows = slice(b * G, (b + 1) * G)
+    nodes = out.tree.node_of[rows]
+    # Segment k of every row is a node of depth k + 1; 2, 4, 8 distinct nodes per segment.
+    for k, width in enumerate((2, 4, 8)):
+      seg_nodes = nodes[:, k * SEG:(k + 1) * SEG]
+      assert (seg_nodes == seg_nodes[:, :1]).all()
+      assert len(set(seg_nodes[:, 0])) == width
+      assert (tree.depth[b][seg_nodes[:, 0]] == k + 1).all()
+      # Rows in one node share that segment's tokens; a node's parent is the row's previous one.
+      toks = out.tokens[rows][:, k * SEG:(k + 1) * SEG]
+      for n in set(seg_nodes[:, 0]):
+        same = seg_nodes[:, 0] == n
+        assert (toks[same] == toks[same][0]).all()
+        if k:
+          assert (tree.parent[b][n] == nodes[same, (k - 1) * SEG]).all()
+    assert tree.leaf_node[rows][:, 0].all() and tree.leaf_node[rows].sum(1).tolist() == [4] * G
+  # Siblings differ (different slots, different keys).
+  assert len({tuple(r) for r in out.tokens[:G]}) == G
+
+
+def test_sampler_logp_equals_trainer_logp(grown):
+  cfg, params, prompt, prompt_mask, out = grown
+  lp = logprobs.completion_logprobs(cfg, params, jnp.repeat(prompt, G, 0),
+                                    jnp.repeat(prompt_mask, G, 0), out.tokens, out.mask,
+                                    temperature=1.0)
+  np.testing.assert_allclose(out.logp, lp, atol=1e-5)
+
+
+def test_tree_feeds_treepo_advantages(grown):
+  *_, out = grown
+  r = (np.arange(2 * G) % 3 == 0).astype(np.float32).reshape(2, G)
+  t = out.tree
+  tree = t.replace(leaf_node=t.leaf_node.reshape(2, G, -1), node_of=t.node_of.reshape(2, G, T))
+  adv, w = tree_advantages.treepo(jnp.asarray(r), jnp.ones((2, G), bool), tree=tree,
+                                  mask=jnp.asarray(out.mask.reshape(2, G, T)), whiten=False)
+  adv = np.asarray(adv)
+  assert np.asarray(w).all() and np.isfinite(adv).all()
+  # Leaf 0 of prompt 0 (r = 1): depths 0..3 with subgroups of 8, 4, 2 leaves (its own leaf node
+  # has one leaf and is not recorded): mean of r - V over the recorded nodes.
+  inc = t.leaf_node[0]
+  want = []
+  for n in np.flatnonzero(inc):
+    below = t.leaf_node[:G, n]
+    if t.depth[0][n] == 0 or below.sum() > 1:
+      want.append(r[0, 0] - r[0][below].mean())
+  np.testing.assert_allclose(adv[0, 0], np.mean(want), atol=1e-6)
+
+
+def test_options_validation():
+  with pytest.raises(ValueError, match="config.rl.treepo.branches must be >= 1"):
+    treepo.TreePOOptions(branches=0)
+
+
+def test_treepo_rollout_mode_through_rl_inputs(smoke_config, tmp_path):
+  """config.rl.rollout='treepo': the RL batch carries the tree and the 'treepo' advantage runs."""
+  from rl_jax.train import experiment, phases, rl_inputs, rollouts  # pylint: disable=g-import-not-at-top
+  smoke_config.rl.update(rollout="treepo", advantage="treepo")
+  smoke_config.rl.treepo.update(segment_len=2, first_width=2, branches=2)
+  rollouts.check_config(smoke_config)
+  exp = experiment.build(smoke_config, str(tmp_path))
+  params = phases.init_params(exp)
+  batch, rewards, metrics = rollouts.rollout(exp, params, 0)
+  rows, t = smoke_config.rl.prompts_per_step * smoke_config.rl.group_size, exp.max_new_tokens
+  assert batch.tokens.shape == (rows, t) and batch.tree.node_of.shape == (rows, t)
+  assert metrics["rollout_tokens"] <= metrics["batch_tokens"]  # Shared prefixes decoded once.
+  adv, weight, _ = rl_inputs.advantages(jnp.asarray(rewards), batch,
+                                        phases.hyper_from_config(smoke_config))
+  assert adv.shape == (rows, t) and np.isfinite(np.asarray(adv)).all()
+  smoke_config.rl.dynamic_sampling = True
+  with pytest.raises(ValueError, match="not supported with rollout='treepo'"):
+    rollouts.check_config(smoke_config)
+
+
+def test_engine_sweep_applies_to_the_ladder_config():
+  from experiments.configs import ladder  # pylint: disable=g-import-not-at-top
+  from experiments.sweeps import engine  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import rollouts  # pylint: disable=g-import-not-at-top
+  runs = engine.get_sweep()
+  assert len(runs) == 3 * len(engine.VARIANTS)
+  for run in runs:
+    config = ladder.get_config()
+    config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
+    rollouts.check_config(config)
+    assert config.rl.rollout == "treepo"
