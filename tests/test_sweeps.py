@@ -18,7 +18,7 @@ import pytest
 
 from experiments import report
 from experiments.configs import ladder as ladder_config
-from experiments.sweeps import estimators, ladder_baselines, launch
+from experiments.sweeps import estimators, ladder_baselines, launch, value_priors
 from rl_jax.metrics import MetricsWriter
 from rl_jax.train import experiment, init_from, loop, phases, rollouts
 
@@ -48,6 +48,16 @@ def test_ladder_baselines_sweep_applies_to_the_ladder_config():
   by_name = {r["name"]: r for r in runs}
   assert by_name["mc_grpo_seed2"]["rl.group_size"] == 5  # G = 4 (+1 pivot).
   assert by_name["grpo_g4_seed0"]["rl.group_size"] == 4
+
+
+def test_value_priors_sweep_applies_to_the_ladder_config():
+  runs = value_priors.get_sweep()
+  assert len(runs) == len(value_priors.VARIANTS) * 3
+  for run in runs:
+    config = ladder_config.get_config()
+    config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
+    rollouts.check_config(config)
+    assert config.rl.advantage == "v05" and config.rl.group_size == 4
 
 
 def test_launcher_dry_run_prints_commands_and_skips_finished_runs(tmp_path):

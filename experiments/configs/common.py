@@ -186,6 +186,27 @@ def base() -> ml_collections.ConfigDict:
   # (master weights) and optimizer moments; `donate`: each step reuses the train state's buffers
   # for the new state (the old one is not read again).
   c.train = ml_collections.ConfigDict(dict(master_dtype="float32", donate=True))
+  # V0 (rl_jax/value/prior.py, ALGORITHMS.md §4.1): a success-rate predictor that reads the
+  # current policy's recent (prompt, success rate) pairs in context. enabled: keep one in the RL
+  # run (calibration at evaluations); it is also built when config.rl.v05.prior or
+  # config.rl.allocator_prior is 'v0'. backbone: '' = the policy's own hidden states at the
+  # prompt, or a Hugging Face checkpoint directory. init: a directory of V0 parameters to start
+  # from (experiments/train_value.py writes one; '' = random). Sizes (reference: 168 queries x 6,
+  # 3 heads, MLP 128): num_queries x query_dim, num_heads, mlp_hidden, dropout; head: 'kernel' |
+  # 'transformer' (rl_jax.value.v0_model.HEADS), head_dim. Training: every train_every RL steps,
+  # train_steps optax steps of episodes_per_step episodes (episode_queries queries,
+  # support_size support prompts) drawn from the last train_window steps; loss
+  # alpha*L_pair + (1-alpha)*L_ce. Rows need min_attempts rollouts. sigma0_sq: the prior's error
+  # variance until estimated on the held-out newest step (estimate_sigma0; never below
+  # sigma0_sq_floor). Calibration at each RL evaluation: calib_prompts held-out prompts x
+  # calib_samples samples at the rollout temperature (0 = off).
+  c.value = ml_collections.ConfigDict(dict(v0=ml_collections.ConfigDict(dict(
+      enabled=False, backbone="", init="", num_queries=32, query_dim=6, num_heads=3,
+      mlp_hidden=64, dropout=0.0, head="kernel", head_dim=32, support_size=256, episode_queries=8,
+      episodes_per_step=4, alpha=0.25, train_every=5, train_steps=20, train_window=10,
+      min_attempts=1, sigma0_sq=0.01, estimate_sigma0=True, sigma0_sq_floor=1e-3,
+      optim=optim(1e-3, weight_decay=0.01),
+      calib_prompts=256, calib_samples=8))))
   c.mesh = ml_collections.ConfigDict(dict(shape=(1, 1, 1)))
   c.checkpoint = ml_collections.ConfigDict(dict(every=50, max_to_keep=2))
   # experiments/aot.py (compiling every phase for a TPU topology): prompt_len P of the compiled

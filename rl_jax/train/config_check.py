@@ -15,6 +15,7 @@ from typing import Any, Callable
 import ml_collections
 
 from rl_jax.rewards import contained
+from rl_jax.value import v0_model
 
 
 class ConfigError(ValueError):
@@ -115,6 +116,27 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "eval.batch_size": _int(1),
     "checkpoint.every": _int(1),
     "checkpoint.max_to_keep": _int(1),
+    # V0 (rl_jax/value/prior.py).
+    "value.v0.num_queries": _int(1),
+    "value.v0.query_dim": _int(1),
+    "value.v0.num_heads": _int(1),
+    "value.v0.mlp_hidden": _int(1),
+    "value.v0.dropout": _real(0.0, 1.0, hi_open=True),
+    "value.v0.head": _one_of(v0_model.HEADS.names()),
+    "value.v0.head_dim": _int(1),
+    "value.v0.support_size": _int(1),
+    "value.v0.episode_queries": _int(1),
+    "value.v0.episodes_per_step": _int(1),
+    "value.v0.alpha": _real(0.0, 1.0),
+    "value.v0.train_every": _int(0),
+    "value.v0.train_steps": _int(0),
+    "value.v0.train_window": _int(1),
+    "value.v0.min_attempts": _int(1),
+    "value.v0.sigma0_sq": _real(0.0, 0.25, lo_open=True),
+    "value.v0.sigma0_sq_floor": _real(0.0, 0.25, lo_open=True),
+    **_optim("value.v0.optim"),
+    "value.v0.calib_prompts": _int(1),
+    "value.v0.calib_samples": _int(0),
 }
 
 
@@ -145,6 +167,10 @@ def check(config: ml_collections.ConfigDict) -> None:
       if not (_num(t) and t >= 0):
         raise ConfigError(f"config.eval.temperatures={tuple(temps)!r}: expected finite "
                           f"numbers >= 0, got {t!r}")
+  v0 = _get(config, "value.v0")
+  if v0 is not _MISSING and v0.query_dim % v0.num_heads:
+    raise ConfigError(f"config.value.v0.query_dim={v0.query_dim}, config.value.v0.num_heads="
+                      f"{v0.num_heads}: expected query_dim to be a multiple of num_heads")
   rl = _get(config, "rl")
   if rl is not _MISSING and "rewards" in rl:
     from rl_jax.train import rollouts  # pylint: disable=g-import-not-at-top (a cycle otherwise)

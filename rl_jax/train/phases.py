@@ -27,6 +27,7 @@ from rl_jax.train import steps as steps_lib
 from rl_jax.train.experiment import Experiment
 from rl_jax.train.state import TrainState, make_optimizer
 from rl_jax.types import Rollout, SFTBatch, Tree
+from rl_jax.value import run_v0
 from rl_jax.value.history import RolloutHistory
 
 _log = logging.getLogger(__name__)
@@ -293,7 +294,9 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
 
   The phase keeps the rollout history (`value.history.RolloutHistory`: every round's attempts
   and successes per prompt and step) in its checkpoints' meta, so a resumed run has the history
-  of an uninterrupted one, and writes it to WORKDIR/history.jsonl when the phase ends.
+  of an uninterrupted one, and writes it to WORKDIR/history.jsonl when the phase ends. With
+  V0 (`value.run_v0`), V0's state rides in the same meta and its calibration joins every
+  evaluation's metrics.
   """
   cfg = exp.config.rl
   rollouts.check_config(exp.config)
@@ -304,6 +307,10 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   state, start, meta, state_sh = _restore_or_init(exp, ckpt, sft_params, tx)
   history = (RolloutHistory.from_state(meta["history"]) if "history" in meta
              else RolloutHistory())
+  v0 = run_v0.RunV0.build(exp)  # V0 (config.value.v0), its state in the same meta
+  if v0 is not None:
+    v0.load_meta(meta)
+    eval_fn = v0.wrap_eval(eval_fn)
   hyper = rl_hyper(exp)
   params_sh = parallel.tree_shardings(sft_params, exp.mesh)
   r = planner.batch_rows(exp.config)
@@ -339,11 +346,14 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
     # arrays, of which each process places its own rows).
     batch = parallel.put_global(batch, batch_sh)
     state, metrics = step_jit(state, sft_params, batch, parallel.put_global(rewards, rewards_sh))
+    if v0 is not None:  # support refresh; training every config.value.v0.train_every steps
+      host_metrics = dict(host_metrics, **v0.after_step(history, state.params, step))
     return state, dict(metrics, **host_metrics)
 
   state, seconds = _run_steps(exp, "rl", (state, start, meta), cfg.steps, step_fn, writer, ckpt,
                               eval_fn=eval_fn, eval_every=cfg.eval_every,
-                              extra_meta=lambda: {"history": history.state()})
+                              extra_meta=lambda: {"history": history.state(),
+                                                  **(v0.meta() if v0 is not None else {})})
   ckpt.close()
   if parallel.is_primary():
     history.to_jsonl(os.path.join(exp.workdir, HISTORY_FILE))

@@ -110,3 +110,12 @@ def _global_mean(exp, history):
 def _history(exp, history):
   v = exp.config.rl.v05
   return PromptHistory(history, v.prior_window, v.prior_pseudo_count)
+
+
+@PRIORS.register("v0")
+def _v0(exp, history):
+  """The run's V0 (rl_jax/value/run_v0.py): its support set follows `history` through the RL
+  phase's `after_step` calls, so `history` is not read here."""
+  del history
+  from rl_jax.value import run_v0  # pylint: disable=import-outside-toplevel (a cycle otherwise)
+  return run_v0.of_experiment(exp).prior

@@ -21,7 +21,7 @@ from rl_jax.train import loop, phases
 from rl_jax.value.history import RolloutHistory
 
 # Keys that measure time, not the computation.
-_TIMING = ("time", "step_seconds")
+_TIMING = ("time", "step_seconds", "v0/calib_seconds")
 _SUMMARY_TIMING = ("wall_seconds", "sft_train_seconds", "rl_train_seconds")
 
 
@@ -32,6 +32,10 @@ def _config(make, interrupt_at=""):
   config.rl.kl_kind = "k1"
   config.rl.optim.warmup_steps = 0  # Every RL update moves the policy, so KL != 0 from step 2.
   config.interrupt_at = interrupt_at
+  # V0 (rl_jax/value/run_v0.py) trains every 2 steps and is calibrated at each evaluation: its
+  # state rides in the RL checkpoint's meta, so its metrics must resume exactly too.
+  config.value.v0.update(enabled=True, num_queries=4, mlp_hidden=8, head_dim=8, support_size=16,
+                         train_every=2, train_steps=2, calib_prompts=8, calib_samples=2)
   return config
 
 
@@ -66,6 +70,8 @@ def _assert_same_run(reference, resumed):
   assert all(r["kl"] != 0 for step, r in rl.items() if step > 1)
   heldout = [r["heldout_accuracy"] for r in rl.values() if "heldout_accuracy" in r]
   assert len(heldout) == 2  # rl.eval_every=2 of 4 steps.
+  assert {"v0/loss", "v0/sigma0_sq", "v0/brier", "baseline_global_mean/brier"} <= set(rl[2])
+  assert {"v0/loss", "v0/brier", "baseline_past_rate/coverage"} <= set(rl[4])
   # The rollout history (checkpointed in the RL meta) is the uninterrupted run's: 4 steps x 4
   # prompts, one record each.
   want_h = RolloutHistory.from_jsonl(os.path.join(reference, phases.HISTORY_FILE))
