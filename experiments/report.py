@@ -211,8 +211,8 @@ def markdown(runs: list[dict], baseline: str | None = None, target: float | None
   lines = [f"Baseline `{eff['baseline']}`; {aim}; AUC over the first {eff['auc_tokens']:,.0f} "
            f"rollout tokens; ± = 95% t interval over seeds.", "",
            "| variant | seeds | greedy acc | Δ vs baseline (paired) | tokens to target | "
-           "AUC (acc over tokens) | sampled acc | SFT greedy | rollout tokens | RL s | wall s |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "AUC (acc over tokens) | " + " | ".join(t for t, _, _ in COLUMNS[1:]) + " |",
+           "|---|---:|---:|---:|---:|---:|" + "---:|" * (len(COLUMNS) - 1)]
   for variant, v in eff["variants"].items():
     reached = (_pm(*v["to_target"], fmt="{:,.0f}") if v["reached"] == v["seeds"]
                else f"reached {v['reached']}/{v['seeds']}")

@@ -18,6 +18,10 @@ The `*_pool*` variants draw from a pool of the first 1,000 train problems (`rl.p
 that prompts repeat and selection has history; they are compared with uniform runs on the same
 pool (`uniform_g8_pool1k`, `uniform_g4_pool1k`).
 
+Run on 2026-11-25 (experiments/README.md, "Allocation on the proving ground"): knapsack_probe2
+and xrpo_probe2 on seeds 0 and 1, each from ladder_baselines' shared SFT checkpoint
+(`--config.init_from=runs/sweeps/ladder_baselines/_sft/seed$S`); the pool variants were not run.
+
 Variants:
   knapsack_probe2   Knapsack RL (public-code objective) on the probe's outcomes; prompts whose 2
                     probe rows agree keep 2 rows (fallback off), at most 8 rows per prompt.

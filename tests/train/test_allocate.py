@@ -223,3 +223,16 @@ def test_allocation_sweep_applies_to_the_ladder_config():
     config_check.check(c)  # A mistyped key raises above, a bad value here.
     budget = allocate.budget_from_config(c)
     assert budget.total <= 32 * 8 and budget.total == 32 * c.rl.group_size
+
+
+def test_v0_allocator_reads_the_prior_predictions(smoke_config, tmp_path):
+  """allocator='v0' gets p_hat from config.rl.allocator_prior through PromptStats.predictions
+  (without them it raises); equal predictions give equal rows."""
+  c = _ragged(smoke_config, allocator="v0", max_group_size=8, allocator_prior="history",
+              **{"allocation.min_n": 2})
+  exp = experiment.build(c, str(tmp_path))
+  history = RolloutHistory()
+  history.record(0, np.arange(300), np.full(300, 4), np.full(300, 2))  # p_hat = 0.5 for all
+  batch, _, metrics = rollouts.rollout(exp, phases.init_params(exp), 1, history=history)
+  counts = np.bincount(np.asarray(batch.group)[np.asarray(batch.valid)], minlength=4)
+  assert counts.tolist() == [4, 4, 4, 4] and metrics["alloc/n_max"] == 4
