@@ -66,30 +66,10 @@ def advantages(rewards: jax.Array, rollout: Rollout, hyper,
     raise ValueError(f"{n_rows} rollout rows are not a whole number of groups of {g}")
   w = reward_weights(hyper, k)
   scalar = r_rk @ w
-  opts = dict(hyper.advantage_options)
-  if hyper.advantage in MULTI_REWARD:
-    if token_kl is not None:
-      raise ValueError(f"kl_in_reward is not defined for the multi-reward estimator "
-                       f"{hyper.advantage!r}; use the KL loss term (kl_in_reward=False)")
-    if hyper.reward_weights:
-      opts.setdefault("weights", tuple(hyper.reward_weights))
-    r = r_rk.reshape(-1, g, k)
-  else:
-    r = scalar
-    if token_kl is not None and "token_kl" not in accepts:
-      r = r - hyper.kl_coef * jnp.sum(token_kl, axis=-1)
-    r = r.reshape(-1, g)
-  t = rollout.mask.shape[-1]
-  if "mask" in accepts:
-    opts["mask"] = rollout.mask.reshape(-1, g, t)
-  if "lengths" in accepts:
-    opts["lengths"] = jnp.sum(rollout.mask, -1).reshape(-1, g)
+  grouped = lambda x, fill=0: x.reshape((-1, g) + x.shape[1:])
+  r, opts = _estimator_inputs(r_rk, scalar, rollout, hyper, accepts, token_kl, grouped)
   if "tree" in accepts:
     opts["tree"] = _tree_per_prompt(rollout, hyper.advantage, g)
-  if "prior" in accepts:
-    opts["prior"] = _prior(rollout, hyper.advantage).reshape(-1, g, 2)
-  if token_kl is not None and "token_kl" in accepts:
-    opts.update(token_kl=token_kl.reshape(-1, g, t), kl_coef=hyper.kl_coef)
   adv, weight = fn(r, rollout.valid.reshape(-1, g), **opts)
   if getattr(hyper, "process_reward", "none") != "none":
     adv, weight = _process_advantages(adv, weight, scalar, rollout, hyper)
@@ -139,6 +119,16 @@ def _ragged_advantages(rewards, rollout: Rollout, hyper, token_kl):
   scalar = r_rk @ w
   seg, rank = group_slots(rollout.group, rollout.valid, b)
   grouped = lambda x, fill=0: to_groups(x, seg, rank, b, gm, fill)
+  r, opts = _estimator_inputs(r_rk, scalar, rollout, hyper, accepts, token_kl, grouped)
+  valid = grouped(jnp.ones_like(rollout.valid), False)
+  adv, weight = fn(r, valid, **opts)
+  return from_groups(adv, seg, rank), from_groups(weight, seg, rank), scalar
+
+
+def _estimator_inputs(r_rk, scalar, rollout: Rollout, hyper, accepts, token_kl, grouped):
+  """The estimator's reward [B, G(, K)] and keyword options, with `grouped(x, fill)` mapping
+  rows [R, ...] to groups [B, G, ...] (a reshape for dense batches, a scatter for ragged ones).
+  Tree estimators' `tree` is added by the dense caller (ragged batches have none)."""
   opts = dict(hyper.advantage_options)
   if hyper.advantage in MULTI_REWARD:
     if token_kl is not None:
@@ -156,13 +146,11 @@ def _ragged_advantages(rewards, rollout: Rollout, hyper, token_kl):
     opts["mask"] = grouped(rollout.mask, False)
   if "lengths" in accepts:
     opts["lengths"] = grouped(jnp.sum(rollout.mask, -1))
-  if token_kl is not None and "token_kl" in accepts:
-    opts.update(token_kl=grouped(token_kl), kl_coef=hyper.kl_coef)
   if "prior" in accepts:
     opts["prior"] = grouped(_prior(rollout, hyper.advantage))
-  valid = grouped(jnp.ones_like(rollout.valid), False)
-  adv, weight = fn(r, valid, **opts)
-  return from_groups(adv, seg, rank), from_groups(weight, seg, rank), scalar
+  if token_kl is not None and "token_kl" in accepts:
+    opts.update(token_kl=grouped(token_kl), kl_coef=hyper.kl_coef)
+  return r, opts
 
 
 def _prior(rollout: Rollout, name: str) -> jax.Array:

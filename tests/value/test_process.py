@@ -54,12 +54,16 @@ def test_pav_alpha_zero_is_the_outcome_advantage_on_every_token():
     (dict(process_reward="prime", norm="max"), "config.rl.process.norm='max'"),
     (dict(process_reward="oprl", oprl_baseline="x"), "config.rl.process.oprl_baseline='x'"),
     (dict(process_reward="prime", beta=0.0), "config.rl.process.beta=0.0"),
+    (dict(process_reward="prime", rl_max_group_size=8), "max_group_size=8"),
 ])
 def test_bad_process_options_are_named_errors(override, field):
   c = ladder.get_config("smoke")
   c.rl.process_reward = override.pop("process_reward")
   for k, v in override.items():
-    setattr(c.rl.process, k, v)
+    if k.startswith("rl_"):
+      setattr(c.rl, k[3:], v)
+    else:
+      setattr(c.rl.process, k, v)
   with pytest.raises(config_check.ConfigError) as e:
     config_check.check(c)
   assert field in str(e.value)
