@@ -7,7 +7,7 @@ with /work/runs/sweeps/ladder_baselines/grpo_g{4,8}_seed*:
         --workdir=runs/sweeps/value_priors/v05_g4_seed$S --config.seed=$S \
         --config.init_from=runs/sweeps/ladder_baselines/_sft/seed$S \
         --config.rl.advantage=v05 --config.rl.group_size=4 --config.rl.max_group_size=16 \
-        --config.rl.rows=256 --config.rl.v05.prior=global_mean; done
+        --config.rl.rows=256 --config.rl.v05.prior=v0; done
     python -m experiments.report --workdirs='runs/sweeps/value_priors/*' \
         --workdirs='runs/sweeps/ladder_baselines/grpo_g*' --baseline=grpo_g8
 
@@ -19,13 +19,12 @@ reject the prior (z-test, α = 0.05) gets its group doubled up to n_max = 16 row
 R_max = 256 rows (the rows of GRPO G = 8: what the trainer processes is the same size), so the
 extra rows are bounded by 128 per step. Variants differ in the prior p0 (rl_jax/value/priors.py):
 
-  v05_g4          global_mean: the running mean success rate of the run's history.
+  v05_g4          v0: V0's in-context prediction from the policy's own prompt features and the
+                  run's history (rl_jax/value/run_v0.py), trained during the run.
+  v05_g4_global   global_mean: the running mean success rate of the run's history.
   v05_g4_history  history: the prompt's own past rate shrunk to the global mean (on the ladder
                   few of the 30,000 train problems repeat within 75 x 32 draws, so it is close
                   to global_mean).
-
-The `v0` prior (V0's in-context prediction, branch v0) runs the same way with
-`--config.rl.v05.prior=v0` once that branch is merged.
 """
 
 from __future__ import annotations
@@ -36,7 +35,8 @@ COMMON: dict = {"rl.advantage": "v05", "rl.group_size": 4, "rl.max_group_size": 
                 "rl.rows": 256}
 
 VARIANTS = {
-    "v05_g4": {"rl.v05.prior": "global_mean"},
+    "v05_g4": {"rl.v05.prior": "v0"},
+    "v05_g4_global": {"rl.v05.prior": "global_mean"},
     "v05_g4_history": {"rl.v05.prior": "history"},
 }
 

@@ -31,7 +31,7 @@ from rl_jax import data, models, parallel, sampling
 from rl_jax.data import ladder
 from rl_jax.evals import runner as eval_runner
 from rl_jax.metrics import MetricsWriter, plot_curves
-from rl_jax.train import config_check, evaluate, experiment, init_from, phases, signals
+from rl_jax.train import config_check, evaluate, experiment, init_from, phases, planner, signals
 
 SUMMARY_FILE = "summary.json"
 EVALS_FILE = "evals.json"
@@ -155,9 +155,10 @@ def control_steps(config: ml_collections.ConfigDict, prompt_len: int, demo_len: 
   if config.control.steps:
     return int(config.control.steps)
   rl = config.rl
-  b, g, t = rl.prompts_per_step, rl.group_size, config.sampling.max_new_tokens
-  r = b * g
-  rows = (b * prompt_len + r * t) if rl.shared_prompts else r * (prompt_len + t)
+  b, t = rl.prompts_per_step, config.sampling.max_new_tokens
+  r = planner.batch_rows(config)  # B·G, or R_max for ragged groups (whose prompts are not shared)
+  shared = rl.shared_prompts and not planner.is_ragged(config)
+  rows = (b * prompt_len + r * t) if shared else r * (prompt_len + t)
   forward_only = int(bool(rl.kl_coef)) + int(bool(rl.tis_cap))
   rl_step = (b * prompt_len + r * t) + (forward_only + 3 * rl.num_iterations) * rows
   sft_step = 3 * config.sft.batch_size * (prompt_len + demo_len)

@@ -168,7 +168,8 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
   The prompts are the host RNG's draw of (seed, step, round), or the next batch of `stream`
   (a `data.grain_source.ProblemStream`; config.data.source='grain'). Dense layout: G rows each
   from the rollout mode's sampler. Ragged layout: counts from the allocator
-  (`planner.allocate`, statistics from `history`), served by the iid engine in R_max rows.
+  (`planner.allocate`, statistics from `history`), served by the iid engine in a power-of-two
+  row count (`planner.engine_rows`; uniform counts: the dense round's own sampler call).
   """
   rl = exp.config.rl
   tag = RL_TAG if round_idx == 0 else EXTRA_ROUND_TAG
@@ -179,7 +180,8 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
   if planner.is_ragged(exp.config):
     stats = prompt_stats(exp, params, idx, step, history)
     requests = planner.Requests(idx, planner.allocate(exp.config, stats))
-    return (*_engine_round(exp, params, requests, key, planner.batch_rows(exp.config)), idx)
+    rows = planner.engine_rows(requests.total, planner.batch_rows(exp.config))
+    return (*_engine_round(exp, params, requests, key, max(rows, requests.total)), idx)
   rows = np.repeat(idx, rl.group_size)
   sample = {"iid": _iid_rows, "latr": _latr_rows, "eptree": _eptree_rows}[rl.rollout]
   out, rewards, extra = sample(exp, params, idx, key, rng, step)

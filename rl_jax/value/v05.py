@@ -106,7 +106,9 @@ def v05(rewards, valid, *, prior, scale_by_std: bool = False, eps: float = 1e-6)
     valid: [B, G] bool (ragged groups).
     prior: [B, G, 2] per-row (p0, w) of the row's prompt (equal within a group; w = 0 where the
       test rejected the prior).
-    scale_by_std: divide by the group's unbiased std + eps (a single-row group: std 1).
+    scale_by_std: divide by the group's unbiased std + eps where the group's rewards vary; a
+      group of equal rewards (or one row) is not scaled (its b != r̄ would otherwise be divided
+      by eps).
   """
   r, v = _prep(rewards, valid)
   prior = jnp.asarray(prior, jnp.float32)
@@ -118,7 +120,7 @@ def v05(rewards, valid, *, prior, scale_by_std: bool = False, eps: float = 1e-6)
   adv = r - b
   if scale_by_std:
     var = jnp.sum(jnp.square(r - rbar) * v, axis=1, keepdims=True) / jnp.maximum(n - 1.0, 1.0)
-    adv = adv / jnp.where(n > 1, jnp.sqrt(var) + eps, 1.0)
+    adv = adv / jnp.where((n > 1) & (var > 0), jnp.sqrt(var) + eps, 1.0)
   adv = lax.stop_gradient(jnp.where(v > 0, adv, 0.0))
   return adv, v
 

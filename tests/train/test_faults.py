@@ -218,6 +218,10 @@ def test_control_length_follows_the_config_not_the_clock(smoke_config):
   c.rl.steps = 40
   c.rl.kl_coef = 0.1
   assert loop.control_steps(c, 12, 5) == round(40 * (128 + 4 * 128) / (3 * 16 * 17))
+  # Ragged groups: R_max = 32 rows, each with its own prompt (no shared prompts).
+  c.rl.update(max_group_size=8, rows=32)
+  rows = 32 * (12 + 5)
+  assert loop.control_steps(c, 12, 5) == round(40 * (4 * 12 + 32 * 5 + 4 * rows) / (3 * 16 * 17))
   c.control.steps = 7
   assert loop.control_steps(c, 12, 5) == 7
 

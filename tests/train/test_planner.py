@@ -3,6 +3,8 @@ extra rounds, and the ragged advantage path (equal to the dense one on the same 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -155,9 +157,9 @@ def test_planner_config_errors(smoke_config, field, value, match):
 
 
 def test_engine_round_on_ragged_rows(smoke_config, tmp_path):
-  """The real engine in R_max rows (uniform counts, ragged layout with padding): static shapes,
-  padding unscored, the history recorded. (tests/value/test_v05.py runs the RL phase on ragged
-  batches with extra rounds.)"""
+  """The real engine, ragged layout (uniform counts, R_max = 20 > 16 rows requested): static
+  shapes, padding rows unscored, the history recorded, and the dense round's samples exactly.
+  (tests/value/test_v05.py runs the RL phase on ragged batches with extra rounds.)"""
   smoke_config.rl.update(max_group_size=6, rows=20)
   exp = experiment.build(smoke_config, str(tmp_path))
   params = phases.init_params(exp)
@@ -167,5 +169,28 @@ def test_engine_round_on_ragged_rows(smoke_config, tmp_path):
   np.testing.assert_array_equal(batch.valid, np.arange(20) < 16)
   np.testing.assert_array_equal(batch.group[:16], np.repeat(np.arange(4), 4))
   assert (rewards[16:] == 0).all() and not batch.mask[16:].any()
-  assert metrics["engine_rows"] == 20
+  assert metrics["engine_rows"] == 16  # A power of two >= 16 rows requested, at most R_max.
   assert len(history) == 4 and (history.records()["attempts"] == 4).all()
+  dense_config = smoke_config.copy_and_resolve_references()
+  dense_config.rl.update(max_group_size=0, rows=0)
+  dense, dense_rewards, _ = rollouts.rollout(dataclasses.replace(exp, config=dense_config),
+                                             params, 0)
+  np.testing.assert_array_equal(batch.tokens[:16], dense.tokens)
+  np.testing.assert_array_equal(rewards[:16], dense_rewards)
+
+
+def test_ragged_batch_metrics_ignore_padding_rows():
+  """Groups [1, 0] (informative) and [1, 1] (not) in 4 of 6 rows; 2 padding rows of length 3."""
+  mask = np.zeros((6, 3), bool)
+  mask[:4, :2] = True
+  mask[4:] = True
+  ro = Rollout(prompt_tokens=np.zeros((6, 1), np.int32), prompt_mask=np.ones((6, 1), bool),
+               tokens=np.zeros((6, 3), np.int32), mask=mask, logp=np.zeros((6, 3), np.float32),
+               group=np.array([0, 0, 1, 1, 2, 2], np.int32),
+               valid=np.array([1, 1, 1, 1, 0, 0], bool))
+  hyper = RLHyper(group_size=2, advantage="grpo", num_groups=2, max_group_size=4)
+  r = np.array([1, 0, 1, 1, 0, 0], np.float32)
+  adv, weight, scalar = rl_inputs.advantages(r, ro, hyper)
+  m = rl_inputs.batch_metrics(scalar, ro, adv, weight, mask & ro.valid[:, None], 2, 2)
+  assert float(m["completion_len"]) == 2.0 and float(m["informative_frac"]) == 0.5
+  assert float(m["reward_mean"]) == 0.75

@@ -59,6 +59,10 @@ def test_v05_estimator():
   np.testing.assert_array_equal(weight, valid)
   scaled, _ = advantages.get("v05")(r, valid, prior=prior, scale_by_std=True)
   np.testing.assert_allclose(scaled[0], (r[0] - 0.53448) / (0.5 + 1e-6), atol=1e-4)
+  # A group of equal rewards keeps A = r - b unscaled (std 0 would divide b - r̄ by eps).
+  same, _ = advantages.get("v05")(np.zeros((1, 4), np.float32), np.ones((1, 4), bool),
+                                  prior=prior[:1], scale_by_std=True)
+  np.testing.assert_allclose(same, np.full((1, 4), -0.5 * w), atol=1e-6)
 
 
 def test_simple_priors():
