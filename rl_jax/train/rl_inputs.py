@@ -257,15 +257,17 @@ def batch_metrics(scalar_r: jax.Array, rollout: Rollout, adv: jax.Array, weight:
     adv_abs = jnp.sum(jnp.abs(adv) * lm) / jnp.maximum(jnp.sum(lm), 1.0)
     row_signal = jnp.any(jnp.abs(adv) > 0, axis=-1)
   m = rollout.mask.astype(jnp.float32)
-  if num_groups:
+  if num_groups:  # Ragged: padding rows count in neither the groups nor the lengths.
     seg, _ = group_slots(rollout.group, rollout.valid, num_groups)
     hit = jax.ops.segment_max(row_signal.astype(jnp.int32), seg, num_segments=num_groups + 1)
     informative = jnp.mean(hit[:num_groups] > 0)
+    completion_len = jnp.sum(m * valid[:, None]) / jnp.maximum(jnp.sum(valid), 1.0)
   else:
     informative = jnp.mean(jnp.any(row_signal.reshape(-1, group_size), axis=-1))
+    completion_len = jnp.sum(m) / m.shape[0]
   return {
       "reward_mean": jnp.sum(scalar_r * valid) / jnp.maximum(jnp.sum(valid), 1),
       "adv_abs_mean": adv_abs,
-      "completion_len": jnp.sum(m) / m.shape[0],
+      "completion_len": completion_len,
       "informative_frac": informative,
   }

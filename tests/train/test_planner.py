@@ -177,3 +177,20 @@ def test_engine_round_on_ragged_rows(smoke_config, tmp_path):
                                              params, 0)
   np.testing.assert_array_equal(batch.tokens[:16], dense.tokens)
   np.testing.assert_array_equal(rewards[:16], dense_rewards)
+
+
+def test_ragged_batch_metrics_ignore_padding_rows():
+  """Groups [1, 0] (informative) and [1, 1] (not) in 4 of 6 rows; 2 padding rows of length 3."""
+  mask = np.zeros((6, 3), bool)
+  mask[:4, :2] = True
+  mask[4:] = True
+  ro = Rollout(prompt_tokens=np.zeros((6, 1), np.int32), prompt_mask=np.ones((6, 1), bool),
+               tokens=np.zeros((6, 3), np.int32), mask=mask, logp=np.zeros((6, 3), np.float32),
+               group=np.array([0, 0, 1, 1, 2, 2], np.int32),
+               valid=np.array([1, 1, 1, 1, 0, 0], bool))
+  hyper = RLHyper(group_size=2, advantage="grpo", num_groups=2, max_group_size=4)
+  r = np.array([1, 0, 1, 1, 0, 0], np.float32)
+  adv, weight, scalar = rl_inputs.advantages(r, ro, hyper)
+  m = rl_inputs.batch_metrics(scalar, ro, adv, weight, mask & ro.valid[:, None], 2, 2)
+  assert float(m["completion_len"]) == 2.0 and float(m["informative_frac"]) == 0.5
+  assert float(m["reward_mean"]) == 0.75
