@@ -273,12 +273,21 @@ def rl_hyper(exp: Experiment) -> steps_lib.RLHyper:
   return hyper_from_config(exp.config)
 
 
+def _advantage_options(config) -> dict:
+  """`config.rl.advantage_options`, plus `v05.scale_by_std` / `v05.std_eps` for 'v05'."""
+  opts = config.rl.advantage_options.to_dict()
+  if config.rl.advantage == "v05":
+    opts.setdefault("scale_by_std", bool(config.rl.v05.scale_by_std))
+    opts.setdefault("eps", float(config.rl.v05.std_eps))
+  return opts
+
+
 def hyper_from_config(config) -> steps_lib.RLHyper:
   """`config.rl` (and the rollout temperature) -> the static RLHyper of `steps.rl_step`."""
   rl = config.rl
   return steps_lib.RLHyper(
       group_size=rl.group_size, advantage=rl.advantage,
-      advantage_options=tuple(sorted(rl.advantage_options.to_dict().items())),
+      advantage_options=tuple(sorted(_advantage_options(config).items())),
       loss=rl.loss, clip_low=rl.clip_low, clip_high=rl.clip_high, clip_ratio_c=rl.clip_ratio_c,
       kl_coef=rl.kl_coef, kl_kind=rl.kl_kind, kl_in_reward=rl.kl_in_reward,
       aggregation=rl.aggregation, temperature=config.sampling.temperature,

@@ -150,6 +150,13 @@ def test_extra_rounds_stop_when_the_batch_is_full(v05_config):
   assert metrics["v05/group_size_mean"] == 6.0 and batch.valid.all()
 
 
+def test_v05_options_reach_the_estimator(smoke_config):
+  smoke_config.rl.advantage = "v05"
+  smoke_config.rl.v05.update(scale_by_std=True, std_eps=1e-4)
+  opts = dict(phases.hyper_from_config(smoke_config).advantage_options)
+  assert opts == {"scale_by_std": True, "eps": 1e-4}
+
+
 def test_v05_config_errors(smoke_config):
   smoke_config.rl.advantage = "v05"
   with pytest.raises(ValueError, match="v05.n_max <= max_group_size"):
