@@ -17,6 +17,8 @@ CORE = [
     "tqdm>=4.66",
     "matplotlib>=3.8",
     "numpy>=1.26",
+    # rl_jax/rl/allocation (InSight's digamma, XRPO's Student-t quantiles); jax needs it too.
+    "scipy>=1.11",
     # The persistent compilation cache (rl_jax/compile_cache.py) is size-bounded; JAX then locks
     # its directory with filelock, so concurrent runs sharing it never read a half-written entry.
     "filelock>=3.12",
