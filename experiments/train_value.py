@@ -38,18 +38,6 @@ _OVERRIDES = flags.DEFINE_multi_string(
 flags.mark_flags_as_required(["history", "workdir"])
 
 
-def apply_overrides(config, overrides) -> None:
-  """`FIELD=VALUE` strings -> config.value.v0 fields (type of the existing field)."""
-  v0 = config.value.v0
-  for item in overrides:
-    field, sep, value = item.partition("=")
-    if not sep or field not in v0:
-      raise app.UsageError(f"--v0={item!r}: expected FIELD=VALUE with FIELD one of "
-                           f"{sorted(v0.keys())}")
-    old = v0[field]
-    v0[field] = (value.lower() in ("1", "true")) if isinstance(old, bool) else type(old)(value)
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -60,7 +48,10 @@ def main(argv):
     from experiments.configs import common  # pylint: disable=import-outside-toplevel
     with config.unlocked():
       config.value = common.base().value
-  apply_overrides(config, _OVERRIDES.value)
+  try:
+    offline.apply_overrides(config, _OVERRIDES.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   out = _OUT.value or os.path.join(_WORKDIR.value, "v0_offline")
   summary = offline.train(config, _WORKDIR.value, RolloutHistory.from_jsonl(_HISTORY.value), out,
                           steps=_STEPS.value, val_steps=_VAL_STEPS.value)

@@ -148,7 +148,7 @@ def test_config_override_is_accepted_or_a_named_error(field, value):
     ("rl.reward_isolation=fork", "config.rl.reward_isolation='fork': expected one of"),
     ("rl.reward_timeout=0", "config.rl.reward_timeout=0.0"),
     ("max_nonfinite_in_a_row=0", "config.max_nonfinite_in_a_row=0"),
-    ("rl.overlong_buffer=99", "config.rl.overlong_buffer must be in"),
+    ("rl.overlong_buffer=99", "config.rl.overlong_buffer=99: expected an integer in"),
 ])
 def test_out_of_range_overrides_name_the_field(override, named, tmp_path):
   config = _parse(f"--config.{override}")

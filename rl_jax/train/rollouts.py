@@ -103,8 +103,8 @@ def check_config(config) -> None:
   if rl.max_gen_rounds < 1:
     raise ValueError(f"config.rl.max_gen_rounds must be >= 1, got {rl.max_gen_rounds}")
   if not 0 <= rl.overlong_buffer <= config.sampling.max_new_tokens:
-    raise ValueError(f"config.rl.overlong_buffer must be in [0, sampling.max_new_tokens="
-                     f"{config.sampling.max_new_tokens}], got {rl.overlong_buffer}")
+    raise ValueError(f"config.rl.overlong_buffer={rl.overlong_buffer}: expected an integer in "
+                     f"[0, sampling.max_new_tokens={config.sampling.max_new_tokens}]")
   if rl.rollout not in ROLLOUTS:
     raise ValueError(f"config.rl.rollout={rl.rollout!r}; expected one of {ROLLOUTS}")
   if rl.rollout == "latr":

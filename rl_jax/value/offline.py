@@ -201,3 +201,16 @@ def train(config, run_dir: str, history: RolloutHistory, out_dir: str, *, steps:
     json.dump(summary, f, indent=1, sort_keys=True)
   os.replace(path + ".tmp", path)
   return summary
+
+
+def apply_overrides(config, overrides) -> None:
+  """`FIELD=VALUE` strings (experiments.train_value's --v0) -> config.value.v0 fields, each
+  converted to the type of the existing field; a ValueError names an unknown or malformed one."""
+  v0 = config.value.v0
+  for item in overrides:
+    field, sep, value = item.partition("=")
+    if not sep or field not in v0:
+      raise ValueError(f"--v0={item!r}: expected FIELD=VALUE with FIELD one of "
+                       f"{sorted(v0.keys())}")
+    old = v0[field]
+    v0[field] = (value.lower() in ("1", "true")) if isinstance(old, bool) else type(old)(value)

@@ -37,7 +37,8 @@ def finished_run(tmp_path_factory, smoke_config_factory):
 def test_run_config_round_trips(finished_run):
   workdir, config, _ = finished_run
   back = runner.load_config(workdir)
-  assert back.to_dict() == config.to_dict()
+  # repr, not ==: config.rl.process.alpha is NaN (a required value with no default).
+  assert repr(back.to_dict()) == repr(config.to_dict())
   assert isinstance(back.mesh.shape, tuple) and isinstance(back.rl.latr.windows, tuple)
 
 
