@@ -1,7 +1,7 @@
 """Value priors on the proving ground (issue 15): V0.5 at G = 4 against GRPO at G = 4 and 8.
 
 Each run starts RL from its seed's shared SFT of the ladder baselines, so it compares directly
-with /work/runs/sweeps/ladder_baselines/grpo_g{4,8}_seed*:
+with runs/sweeps/ladder_baselines/grpo_g{4,8}_seed*:
 
     for S in 0 1 2; do nice -n 2 python -m experiments.run --config=experiments/configs/ladder.py \
         --workdir=runs/sweeps/value_priors/v05_g4_seed$S --config.seed=$S \
