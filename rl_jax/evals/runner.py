@@ -15,7 +15,7 @@ import functools
 import json
 import os
 import time
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import jax
 import ml_collections
@@ -67,13 +67,15 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(_tuples(json.load(f)))
 
 
-def _restore(exp: experiment.Experiment, phase: str) -> Any:
+def restore_params(exp: experiment.Experiment, phase: str, step: Optional[int] = None) -> Any:
+  """The master parameters of `phase`'s checkpoint at `step` (None = the latest), restored with
+  the run's shardings; read only."""
   cfg = exp.config.sft if phase == "sft" else exp.config.rl
   total = cfg.steps if phase == "sft" else cfg.steps * cfg.num_iterations
   directory = phases.checkpoint_dir(exp.workdir, phase)
   with Checkpointer(directory, save_every=1) as ckpt:  # Read only: nothing is saved.
-    latest = ckpt.latest_step()
-    if latest is None:
+    step = ckpt.latest_step() if step is None else step
+    if step is None:
       raise FileNotFoundError(f"{directory} holds no complete checkpoint")
     init = functools.partial(models.init_params, exp.model_cfg)
     create = functools.partial(TrainState.create, tx=make_optimizer(cfg.optim, max(total, 1)))
@@ -81,7 +83,7 @@ def _restore(exp: experiment.Experiment, phase: str) -> Any:
     shardings = parallel.tree_shardings(abstract, exp.mesh)
     target = jax.tree_util.tree_map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
-    state, _ = ckpt.restore(latest, target)
+    state, _ = ckpt.restore(step, target)
   return state.params
 
 
@@ -110,7 +112,7 @@ def load_params(exp: experiment.Experiment, phase: str) -> Any:
   phase = resolve_phase(exp.workdir, phase)
   if phase == "init":
     return phases.init_params(exp)
-  return _restore(exp, phase)
+  return restore_params(exp, phase)
 
 
 def encode_left_truncated(tokenizer, texts: Sequence[str], max_length: int, *,

@@ -29,27 +29,16 @@ import time
 import jax
 import numpy as np
 
-from rl_jax import models, parallel
-from rl_jax.checkpoint import Checkpointer
+from rl_jax import models
+from rl_jax.evals import runner
 from rl_jax.train import experiment, phases
-from rl_jax.train.state import TrainState, make_optimizer
 from rl_jax.value import calibration, episodes as ep, run_v0, v0_io, v0_train
 from rl_jax.value import v0 as v0_lib
 from rl_jax.value.history import RolloutHistory
 
 
 def _restore(exp, phase: str, step: int):
-  cfg = exp.config.sft if phase == "sft" else exp.config.rl
-  total = cfg.steps if phase == "sft" else cfg.steps * cfg.num_iterations
-  init = functools.partial(models.init_params, exp.model_cfg)
-  create = functools.partial(TrainState.create, tx=make_optimizer(cfg.optim, max(total, 1)))
-  abstract = jax.eval_shape(create, jax.eval_shape(init, exp.root_key()))
-  shardings = parallel.tree_shardings(abstract, exp.mesh)
-  target = jax.tree_util.tree_map(
-      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
-  with Checkpointer(phases.checkpoint_dir(exp.workdir, phase), save_every=1) as ckpt:
-    state, _ = ckpt.restore(step, target)
-  return models.cast_params(exp.model_cfg, state.params)
+  return models.cast_params(exp.model_cfg, runner.restore_params(exp, phase, step))
 
 
 def policy_checkpoints(exp) -> dict:

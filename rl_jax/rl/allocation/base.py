@@ -122,7 +122,8 @@ class Allocator:
 
   def allocate(self, stats: PromptStats, budget: Budget, state: dict,
                rng: np.random.Generator) -> Allocation:
-    raise NotImplementedError
+    raise NotImplementedError(f"{type(self).__name__} must define allocate (Allocator is the "
+                              "base class)")
 
   def observe(self, state: dict, prompt_ids, attempts, successes, step: int) -> dict:
     del prompt_ids, attempts, successes, step
