@@ -102,8 +102,10 @@ def base() -> ml_collections.ConfigDict:
                                               num_slots=0))
   # length_buckets K > 1: batches from K equal-count length buckets, padded to the bucket's
   # longest (rl_jax.data.batching.LengthBuckets; same example distribution, fewer padded tokens).
+  # sft.seed -1: the SFT phase uses config.seed; a seed >= 0 pins the SFT policy (its
+  # initialization, demonstrations, batches and evaluations) across training seeds.
   c.sft = ml_collections.ConfigDict(dict(steps=500, batch_size=128, eval_every=0,
-                                         length_buckets=0,
+                                         length_buckets=0, seed=-1,
                                          optim=optim(1e-3, warmup_steps=50, schedule="cosine",
                                                      end_lr_frac=0.1, weight_decay=0.01)))
   # RL (rl_jax/train/steps.py RLHyper and rl_jax/train/rollouts.py document each field).

@@ -47,7 +47,9 @@ def get_config(arg: str = ""):
   c.task.seed = 0
   c.model.update(tie_embeddings=False, max_seq_len=128)
   c.sampling.max_new_tokens = 80
-  c.sft.update(steps=1600, batch_size=64, length_buckets=4, eval_every=0)
+  # One SFT policy for every training seed (sft.seed = 0), as RL papers start every seed from one
+  # base model: the seed spread is RL's own. `--config.sft.seed=-1` gives each seed its own SFT.
+  c.sft.update(steps=1600, batch_size=64, length_buckets=4, eval_every=0, seed=0)
   c.sft.optim.lr = 2e-3
   c.rl.update(steps=75, prompts_per_step=32, group_size=8, eval_every=25, kl_coef=0.04,
               kl_kind="k3")

@@ -83,6 +83,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sampling.exit_every": _int(1),
     "sampling.num_slots": _int(0),
     "sft.steps": _int(0),
+    "sft.seed": _int(-1),
     "sft.batch_size": _int(1),
     "sft.eval_every": _int(0),
     "sft.length_buckets": _int(0),

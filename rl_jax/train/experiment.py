@@ -69,12 +69,14 @@ class Experiment:
     or a timeout scores 0): `rl_jax.rewards.contained`."""
     return contained.scorer_from_config(self.task, self.config)
 
-  def root_key(self) -> jax.Array:
-    return jax.random.key(self.config.seed)
+  def root_key(self, phase: str = "") -> jax.Array:
+    """The phase's root key: from `sft_seed(config)` for phase "sft", else `config.seed`."""
+    return jax.random.key(phase_seed(self.config, phase))
 
-  def host_rng(self, *purpose: int) -> np.random.Generator:
-    """A numpy generator that depends only on (seed, purpose...): stateless, so resumable."""
-    return np.random.default_rng([self.config.seed, *purpose])
+  def host_rng(self, *purpose: int, phase: str = "") -> np.random.Generator:
+    """A numpy generator that depends only on (seed, purpose...): stateless, so resumable. The
+    seed is the phase's (`phase_seed`)."""
+    return np.random.default_rng([phase_seed(self.config, phase), *purpose])
 
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> models.ModelConfig:
@@ -206,13 +208,35 @@ def task_seed(config: ml_collections.ConfigDict) -> int:
   return config.seed if seed == -1 else seed
 
 
+def sft_seed(config: ml_collections.ConfigDict) -> int:
+  """The seed of the SFT phase (initialization, demonstrations, batch order, its evaluations):
+  `sft.seed`, or `config.seed` where it is -1 (the default).
+
+  A pinned `sft.seed` makes every training seed start RL from the same SFT policy, the way RL
+  papers start every seed from one base model: the seed spread is then RL's own.
+
+  Raises:
+    ValueError: `sft.seed` is below -1.
+  """
+  seed = config.sft.get("seed", -1)
+  if seed < -1:
+    raise ValueError(f"config.sft.seed={seed}: expected -1 (use config.seed) or a seed >= 0")
+  return config.seed if seed == -1 else seed
+
+
+def phase_seed(config: ml_collections.ConfigDict, phase: str) -> int:
+  """`sft_seed(config)` for the phase "sft"; `config.seed` for every other phase (RL, the
+  more-SFT control, evaluations of RL)."""
+  return sft_seed(config) if phase == "sft" else config.seed
+
+
 def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
   """Builds the task, makes the tokenizer, encodes the data and makes the mesh."""
   check_config(config)
   tc = config.task
   task = data.make_task(tc.name, tc.options.to_dict(), task_seed(config), tc.train_size,
                         tc.eval_size, answer_extraction=tc.answer_extraction)
-  demo_rng = np.random.default_rng([config.seed, 7])
+  demo_rng = np.random.default_rng([sft_seed(config), 7])  # SFT data: the SFT seed.
   if hasattr(task, "demonstrations"):  # A task with its own demonstration format (the ladder).
     demos = task.demonstrations(noise=tc.demo_noise, rng=demo_rng)
   else:

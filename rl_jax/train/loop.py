@@ -19,6 +19,7 @@ model settings), so a sweep of RL variants can share one SFT.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -76,9 +77,13 @@ def _evaluator(exp: experiment.Experiment):
   carry = (np.array([data.carry_class(e) for e in heldout])
            if exp.config.task.name == "chain_sum" else None)
   steps = hasattr(exp.task, "check_steps")
-  key = jax.random.fold_in(exp.root_key(), phases.PHASE_TAGS["eval"])
+  keys = {phase: jax.random.fold_in(exp.root_key(phase), phases.PHASE_TAGS["eval"])
+          for phase in ("sft", "")}
 
-  def run_eval(params, temperature: float, num_samples: int) -> dict:
+  def run_eval(params, temperature: float, num_samples: int, phase: str = "") -> dict:
+    """`phase="sft"` samples with the SFT seed's key (`experiment.phase_seed`), so the SFT
+    policy's evaluation is the same in every run that shares it."""
+    key = keys["sft" if phase == "sft" else ""]
     params = models.cast_params(exp.model_cfg, params)  # master weights -> model.param_dtype
     strategy = sampling.Sampling(temperature=temperature)
     texts = evaluate.completions(params, exp.heldout_prompts, exp.heldout_prompt_mask,
@@ -105,9 +110,9 @@ def _evaluator(exp: experiment.Experiment):
 def _periodic(run_eval):
   """The metrics of a periodic (greedy) evaluation: accuracy, and the step error rate if any."""
 
-  def periodic(params, step):
+  def periodic(params, step, phase: str = ""):
     del step
-    out = run_eval(params, 0.0, 1)
+    out = run_eval(params, 0.0, 1, phase)
     metrics = {"heldout_accuracy": out["accuracy"]}
     if "step_error_rate" in out:
       metrics["heldout_step_error_rate"] = out["step_error_rate"]
@@ -116,11 +121,12 @@ def _periodic(run_eval):
   return periodic
 
 
-def _full_eval(exp, run_eval, params, sweep_temperatures: bool) -> dict:
-  out = {"greedy": run_eval(params, 0.0, 1),
-         "sampled": run_eval(params, exp.config.sampling.temperature, exp.config.eval.num_samples)}
+def _full_eval(exp, run_eval, params, sweep_temperatures: bool, phase: str = "") -> dict:
+  out = {"greedy": run_eval(params, 0.0, 1, phase),
+         "sampled": run_eval(params, exp.config.sampling.temperature, exp.config.eval.num_samples,
+                             phase)}
   if sweep_temperatures and exp.config.eval.temperatures:
-    out["by_temperature"] = {str(t): run_eval(params, t, exp.config.eval.num_samples)
+    out["by_temperature"] = {str(t): run_eval(params, t, exp.config.eval.num_samples, phase)
                              for t in exp.config.eval.temperatures}
   return out
 
@@ -173,9 +179,9 @@ def _train_and_evaluate(exp, store: _Store, run_eval, periodic, writer) -> dict:
     sft = init_from.load_sft(exp, config.init_from)
   else:
     sft = phases.sft(exp, "sft", phases.init_params(exp), config.sft.steps, writer,
-                     eval_fn=periodic)
+                     eval_fn=functools.partial(periodic, phase="sft"))
   signals.check("the SFT phase")
-  store.get("sft", lambda: _full_eval(exp, run_eval, sft.params, True))
+  store.get("sft", lambda: _full_eval(exp, run_eval, sft.params, True, "sft"))
   store.get("sft_seconds", lambda: sft.train_seconds)
   signals.check("the SFT evaluation")
   rl = phases.rl(exp, sft.params, writer, eval_fn=periodic)
@@ -263,7 +269,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       success_rate_samples=config.eval.num_samples,
       rl_steps=config.rl.steps, sft_steps=config.sft.steps,
       sft_train_seconds=store.values["sft_seconds"], rl_train_seconds=store.values["rl_seconds"],
-      heldout_size=len(exp.task.heldout), seed=config.seed, init_from=config.init_from,
+      heldout_size=len(exp.task.heldout), seed=config.seed,
+      sft_seed=experiment.sft_seed(config), init_from=config.init_from,
       evals={k: store.values[k] for k in ("sft", "rl", "sft_more") if k in store.values},
   )
   summary["wall_seconds"] = time.time() - t_start + store.values.get("previous_wall_seconds", 0.0)

@@ -22,7 +22,7 @@ from rl_jax import models, parallel
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import LengthBuckets
 from rl_jax.metrics import MetricsWriter, ProgressBar
-from rl_jax.train import planner, rollouts, signals
+from rl_jax.train import experiment, planner, rollouts, signals
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.experiment import Experiment
 from rl_jax.train.state import TrainState, make_optimizer
@@ -72,7 +72,7 @@ def init_params(exp: Experiment) -> Any:
   if exp.config.model.path:
     return _load_params(exp)
   init = functools.partial(models.init_params, exp.master_cfg)
-  key = jax.random.fold_in(exp.root_key(), 0)
+  key = jax.random.fold_in(exp.root_key("sft"), 0)
   shardings = parallel.tree_shardings(jax.eval_shape(init, key), exp.mesh)
   return jax.jit(init, out_shardings=shardings)(key)
 
@@ -209,8 +209,8 @@ def problem_stream(exp: Experiment, phase: str, batch_size: int):
     return None
   from rl_jax.data import grain_source  # pylint: disable=import-outside-toplevel
   return grain_source.ProblemStream(
-      exp.train_source, batch_size, seed=grain_source.sampler_seed(exp.config.seed,
-                                                                   PHASE_TAGS[phase]),
+      exp.train_source, batch_size, seed=grain_source.sampler_seed(
+          experiment.phase_seed(exp.config, phase), PHASE_TAGS[phase]),
       worker_count=exp.config.data.worker_count, read_threads=exp.config.data.read_threads)
 
 
@@ -239,7 +239,7 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
                            cfg.batch_size) if cfg.length_buckets > 1 else None)
 
   def step_fn(state, step):
-    rng = exp.host_rng(tag, step)
+    rng = exp.host_rng(tag, step, phase=phase)
     if buckets is None:
       idx = (rng.choice(n, cfg.batch_size, replace=False) if stream is None
              else stream.next_indices())
