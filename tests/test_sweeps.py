@@ -167,3 +167,49 @@ def test_report_from_two_smoke_runs(sft_source, smoke_config_factory, tmp_path):
   png = report.plot(runs, str(tmp_path / "out" / "report.png"))
   with open(png, "rb") as f:
     assert f.read(8) == PNG_MAGIC
+
+
+def _sft_params(config, workdir):
+  exp = experiment.build(config, workdir)
+  with MetricsWriter(workdir) as writer:
+    return jax.device_get(phases.sft(exp, "sft", phases.init_params(exp), config.sft.steps,
+                                     writer).params)
+
+
+def test_pinned_sft_seed_gives_every_training_seed_the_same_sft(sft_source, smoke_config_factory,
+                                                                tmp_path):
+  """`sft.seed=0` with `seed=1` trains seed 0's SFT bit for bit (and may start RL from it);
+  without the pin, seed 1 trains another SFT on the same problems."""
+  source, params = sft_source
+  pinned = smoke_config_factory()
+  pinned.seed, pinned.sft.seed, pinned.task.seed = 1, 0, 0  # The source's problems (seed 0).
+  for a, b in zip(jax.tree_util.tree_leaves(params),
+                  jax.tree_util.tree_leaves(_sft_params(pinned, str(tmp_path / "pinned")))):
+    np.testing.assert_array_equal(a, b)
+  init_from.prepare(source, str(tmp_path / "rl"))
+  experiment.build(pinned, str(tmp_path / "rl"))
+  init_from.check_same_data(source, str(tmp_path / "rl"))  # Same demonstrations and tokenizer.
+  own = smoke_config_factory()
+  own.seed, own.task.seed = 1, 0
+  leaves = zip(jax.tree_util.tree_leaves(params),
+               jax.tree_util.tree_leaves(_sft_params(own, str(tmp_path / "own"))))
+  assert any(not np.array_equal(a, b) for a, b in leaves)
+
+
+def test_sft_seed_is_checked(smoke_config, tmp_path):
+  smoke_config.sft.seed = -2
+  with pytest.raises(ValueError, match=r"sft\.seed.*expected"):
+    loop.run(smoke_config, str(tmp_path))
+
+
+def test_launcher_shares_one_sft_when_the_base_config_pins_it(tmp_path):
+  assert launch.base_sft_seed("experiments/configs/ladder.py") == 0
+  assert launch.base_sft_seed("experiments/configs/default.py:smoke") == -1
+  runs = [{"name": f"grpo_seed{s}", "seed": s} for s in (0, 1, 2)]
+  pinned = launch.plan(runs, "experiments/configs/ladder.py", str(tmp_path), True, sft_seed=0)
+  assert [w for w, _ in pinned][:2] == [str(tmp_path / "_sft" / "seed0"),
+                                       str(tmp_path / "grpo_seed0")]  # One SFT, then the runs.
+  assert all(f"--config.init_from={tmp_path}/_sft/seed0" in args for _, args in pinned[1:])
+  assert {f"--config.seed={s}" for s in (0, 1, 2)} <= {a for _, args in pinned for a in args}
+  own = launch.plan(runs, "experiments/configs/default.py", str(tmp_path), True)
+  assert [w for w, _ in own][:3] == [str(tmp_path / "_sft" / f"seed{s}") for s in (0, 1, 2)]

@@ -8,15 +8,17 @@ dicts of config overrides (plus 'name'), which become `--config.KEY=VALUE` flags
 to WORKDIR_ROOT/SWEEP/NAME. A run whose `summary.json` exists is skipped, so re-running the
 command continues an interrupted sweep (and a half-finished run resumes from its checkpoints).
 
-With --share_sft (the default) one SFT-only run per seed goes first, to
-WORKDIR_ROOT/SWEEP/_sft/seedS (`rl.steps=0`, control off), and every run of that seed starts
-from its final checkpoint (`config.init_from`). A run that overrides SFT, model, task or
+With --share_sft (the default) one SFT-only run per SFT seed goes first, to
+WORKDIR_ROOT/SWEEP/_sft/seedS (`rl.steps=0`, control off), and every run of that SFT seed starts
+from its final checkpoint (`config.init_from`). The SFT seed is the base config's `sft.seed`
+where it pins one (the ladder: 0, so every training seed shares one SFT), else the run's seed. A run that overrides SFT, model, task or
 tokenizer fields trains its own SFT instead.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import shlex
 import subprocess
@@ -55,20 +57,40 @@ def _shares_sft(overrides: dict) -> bool:
   return not any(k.startswith(_SFT_PREFIXES) for k in overrides)
 
 
-def plan(runs: list[dict], base_config: str, root: str, share_sft: bool) -> list[tuple[str, list]]:
-  """(workdir, argv) of every process in order: the shared SFT runs first, then the sweep."""
+def base_sft_seed(base_config: str) -> int:
+  """`sft.seed` of the base config file (`path[:variant]`); -1 where it has none."""
+  path, _, arg = base_config.partition(":")
+  spec = importlib.util.spec_from_file_location("_sweep_base_config", path)
+  if spec is None:
+    raise FileNotFoundError(f"--base_config={base_config!r}: no config file {path!r}")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config(arg) if arg else module.get_config()
+  return int(config.sft.get("seed", -1))
+
+
+def plan(runs: list[dict], base_config: str, root: str, share_sft: bool,
+         sft_seed: int = -1) -> list[tuple[str, list]]:
+  """(workdir, argv) of every process in order: the shared SFT runs first, then the sweep.
+
+  `sft_seed` >= 0 (the base config's pinned `sft.seed`): one SFT for every seed; -1: one per seed.
+  """
   names = [r["name"] for r in runs]
   if len(set(names)) != len(names):
     raise ValueError(f"run names must be unique, got {names}")
+
+  def sft_of(seed: int) -> int:
+    return sft_seed if sft_seed >= 0 else seed
+
   out, sft_dirs = [], {}
   if share_sft:
-    for seed in dict.fromkeys(r.get("seed", 0) for r in runs if _shares_sft(r)):
+    for seed in dict.fromkeys(sft_of(r.get("seed", 0)) for r in runs if _shares_sft(r)):
       sft_dirs[seed] = os.path.join(root, "_sft", f"seed{seed}")
       out.append((sft_dirs[seed], command(base_config, sft_dirs[seed], {
           "seed": seed, "rl.steps": 0, "control.enabled": False})))
   for run in runs:
     overrides = dict(run)
-    seed = overrides.get("seed", 0)
+    seed = sft_of(overrides.get("seed", 0))
     if seed in sft_dirs and _shares_sft(overrides):
       overrides["init_from"] = sft_dirs[seed]
     workdir = os.path.join(root, run["name"])
@@ -81,7 +103,8 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   sweep = importlib.import_module(f"experiments.sweeps.{_SWEEP.value}")
   root = os.path.join(_ROOT.value, _SWEEP.value)
-  steps = plan(sweep.get_sweep(), _BASE.value, root, _SHARE_SFT.value)
+  steps = plan(sweep.get_sweep(), _BASE.value, root, _SHARE_SFT.value,
+               base_sft_seed(_BASE.value))
   for i, (workdir, args) in enumerate(steps, 1):
     if os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
       print(f"[{i}/{len(steps)}] done, skipped: {workdir}", flush=True)
