@@ -29,6 +29,8 @@ Variants:
   dars_probe2       DARS (HW schedule) on the probe's outcomes.
   vade_pool1k       VADE (Thompson sampling over Beta posteriors) picks 32 of 128 candidates
                     from the 1,000-problem pool, 4 rows each.
+  insight_pool1k    InSight (weighted mutual information, reconstructed score) picks 32 of 128
+                    candidates from the same pool, 4 rows each.
   uniform_g8_pool1k, uniform_g4_pool1k   GRPO on the same pool.
 """
 
@@ -50,6 +52,8 @@ VARIANTS = {
     "dars_probe2": dict(_PROBE, **{"rl.allocator": "dars"}),
     "vade_pool1k": dict(_BUDGET, **_POOL, **{"rl.allocator": "vade",
                                              "rl.allocation.candidates": 128}),
+    "insight_pool1k": dict(_BUDGET, **_POOL, **{"rl.allocator": "insight",
+                                                "rl.allocation.candidates": 128}),
     "uniform_g8_pool1k": dict(_POOL),
     "uniform_g4_pool1k": dict(_POOL, **{"rl.group_size": 4}),
 }
