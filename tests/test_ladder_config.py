@@ -39,6 +39,10 @@ def test_ladder_config_variants():
   c = ladder_config.get_config()
   assert c.task.name == "ladder" and c.task.eval_size >= 1000
   assert c.eval.num_samples >= 8  # the SFT success-rate histogram needs 8 samples per prompt
+  # One SFT policy for every training seed: the gate's seed spread is RL's own.
+  assert c.sft.seed == 0 and experiment.sft_seed(_with(c, seed=2)) == 0
+  assert experiment.sft_seed(_with(c, seed=2, sft_seed=-1)) == 2
+  assert experiment.phase_seed(_with(c, seed=2), "rl") == 2
   with pytest.raises(AttributeError):
     c.rl.stepz = 3  # locked
 
@@ -54,7 +58,8 @@ def _with(config, **fields):
   config = config.copy_and_resolve_references()
   config.unlock()
   for key, value in fields.items():
-    target, name = (config.task, key[5:]) if key.startswith("task_") else (config, key)
+    target, name = ((config.task, key[5:]) if key.startswith("task_") else
+                    (config.sft, key[4:]) if key.startswith("sft_") else (config, key))
     target[name] = value
   return config
 
