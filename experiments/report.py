@@ -57,6 +57,8 @@ _BASELINE = flags.DEFINE_string("baseline", None, "Variant the others are compar
                                 "'grpo' if present, else the first variant).")
 _LADDER = flags.DEFINE_bool("ladder", False, "Also write the proving ground's gate table, its "
                             "verdicts and the per-stratum table (runs of configs/ladder.py).")
+_CALIBRATION = flags.DEFINE_bool("calibration", False, "Also write V0's calibration table "
+                                  "(Brier, AUROC, ECE against its three baselines, per step).")
 _TARGET = flags.DEFINE_float("target", None, "Target accuracy for tokens-to-target (default: "
                              "each run's target is the final greedy accuracy of the baseline's "
                              "run with the same seed).")
@@ -287,6 +289,37 @@ def ladder_tables(workdirs: list[str]) -> str:
   return "\n".join(lines) + "\n"
 
 
+CALIBRATION_PREDICTORS = (("v0", "V0"), ("baseline_global_mean", "global mean"),
+                          ("baseline_past_rate", "own past rate (coverage)"),
+                          ("baseline_logreg", "logistic regression"))
+
+
+def calibration_table(workdirs: list[str]) -> str:
+  """V0's in-run calibration (`v0/brier`, `v0/auroc`, `v0/ece` at every evaluation) beside its
+  three baselines: mean ± 95% t interval over the runs, per RL step. Empty without V0 metrics."""
+  by_step: dict[int, list[dict]] = {}
+  for workdir in workdirs:
+    for r in read_metrics(workdir):
+      if r.get("phase") == "rl" and "v0/brier" in r:
+        by_step.setdefault(r["step"], []).append(r)
+  if not by_step:
+    return ""
+  lines = ["| step | runs | metric | " + " | ".join(n for _, n in CALIBRATION_PREDICTORS) + " |",
+           "|---:|---:|---|" + "---:|" * len(CALIBRATION_PREDICTORS)]
+  for step in sorted(by_step):
+    records = by_step[step]
+    for metric in ("brier", "auroc", "ece"):
+      cells = []
+      for key, _ in CALIBRATION_PREDICTORS:
+        values = [r[f"{key}/{metric}"] for r in records
+                  if np.isfinite(r.get(f"{key}/{metric}", np.nan))]
+        cells.append(_pm(*interval(values)) if values else "-")
+      coverage = np.mean([r.get("baseline_past_rate/coverage", 0.0) for r in records])
+      cells[2] += f" ({coverage:.2f})"
+      lines.append(f"| {step} | {len(records)} | {metric} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
 def plot(runs: list[dict], out_png: str) -> str:
   """Held-out greedy accuracy vs cumulative rollout tokens and vs RL seconds: the mean over seeds
   (points averaged at equal eval steps) with its 95% interval shaded."""
@@ -323,6 +356,10 @@ def main(argv):
     dirs = sorted({d for p in _WORKDIRS.value for d in glob.glob(p)
                    if os.path.exists(os.path.join(d, "summary.json"))})
     text += "\n" + ladder_tables(dirs)
+  if _CALIBRATION.value:
+    dirs = sorted({d for p in _WORKDIRS.value for d in glob.glob(p)
+                   if os.path.exists(os.path.join(d, "summary.json"))})
+    text += "\n" + (calibration_table(dirs) or "No V0 calibration metrics in these runs.\n")
   os.makedirs(os.path.dirname(os.path.abspath(_OUT.value)), exist_ok=True)
   with open(_OUT.value, "w") as f:
     f.write(text)

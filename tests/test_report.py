@@ -123,3 +123,27 @@ def test_zero_adv_share_prefers_the_allocation_metric():
           {"loss": 1.0}]
   assert report.zero_adv_share(recs) == pytest.approx(0.375)
   assert np.isnan(report.zero_adv_share([]))
+
+
+def test_calibration_table(tmp_path):
+  """Per step: mean ± 95% t interval of V0 and its baselines over runs; the past rate's coverage."""
+  import json  # pylint: disable=import-outside-toplevel
+  dirs = []
+  for s, brier in enumerate((0.08, 0.10)):
+    d = tmp_path / f"v{s}"
+    d.mkdir()
+    recs = [{"phase": "rl", "step": 1, "loss": 0.0},
+            {"phase": "rl", "step": 25, "v0/brier": brier, "v0/auroc": 0.8, "v0/ece": 0.05,
+             "baseline_global_mean/brier": 0.12, "baseline_global_mean/auroc": 0.5,
+             "baseline_global_mean/ece": 0.01, "baseline_past_rate/brier": float("nan"),
+             "baseline_past_rate/coverage": 0.5 * s, "baseline_logreg/brier": 0.09}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    dirs.append(str(d))
+  text = report.calibration_table(dirs)
+  half = 12.706 * np.std([0.08, 0.10], ddof=1) / np.sqrt(2)
+  assert f"| 25 | 2 | brier | 0.090 ± {half:.3f} | 0.120 ± 0.000 | - (0.25) | 0.090 ± 0.000 |" in text
+  assert "| 25 | 2 | auroc | 0.800 ± 0.000 | 0.500 ± 0.000 | - (0.25) | - |" in text
+  assert report.calibration_table([str(tmp_path / "v0")]).count("\n") == 5  # header + 3 rows
+  (tmp_path / "plain").mkdir()
+  (tmp_path / "plain" / "metrics.jsonl").write_text('{"phase": "rl", "step": 1}\n')
+  assert report.calibration_table([str(tmp_path / "plain")]) == ""
