@@ -127,6 +127,12 @@ def versions(prefix_version: np.ndarray, new: np.ndarray, mask: np.ndarray,
   return np.where(mask, v, -1).astype(np.int32)
 
 
+def launch_ids(carried: np.ndarray, fresh: np.ndarray) -> np.ndarray:
+  """Prompt ids of the O groups launched this step: the carried groups first (FIFO), then
+  fresh prompts."""
+  return np.concatenate([carried, fresh]).astype(np.int64)
+
+
 def split_groups(complete: np.ndarray, target: int) -> tuple[np.ndarray, np.ndarray]:
   """(batch groups: the first `target` complete groups in launch order, carried: the rest in
   launch order). Raises ValueError when fewer than `target` groups are complete."""
@@ -154,7 +160,7 @@ def april_round(exp, params, step: int, carry: Carry, key, rng, score: Callable)
                      "sampling.max_new_tokens changed on resume?)")
   pool = rl.prompt_pool or len(exp.train_prompts)
   fresh = rng.choice(pool, o - c, replace=False)
-  ids = np.concatenate([carry.prompt_ids, fresh]).astype(np.int64)
+  ids = launch_ids(carry.prompt_ids, fresh)
   rows = np.repeat(ids, g)
   pad = (o - c) * g
   ext = lambda x, v: np.concatenate([x, np.full((pad,) + x.shape[1:], v, x.dtype)])
