@@ -59,8 +59,6 @@ def complete_groups(done: jax.Array, group_size: int) -> jax.Array:
   return done.reshape(-1, group_size).all(axis=-1)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "strategy", "max_new_tokens", "eos_id",
-                                             "pad_id", "group_size", "target_groups"))
 def partial_generate(params, prompt: jax.Array, prompt_mask: jax.Array, prefix: jax.Array,
                      prefix_mask: jax.Array, prefix_logp: jax.Array, prefix_done: jax.Array,
                      rng: jax.Array, *, cfg: models.ModelConfig, strategy: Sampling,
@@ -78,16 +76,29 @@ def partial_generate(params, prompt: jax.Array, prompt_mask: jax.Array, prefix: 
     rng: the round's key.
     cfg, strategy, max_new_tokens (T), eos_id, pad_id: as `decode.generate`.
     group_size: G (static); R must be a multiple of it.
-    target_groups: B (static): stop once B groups are complete.
+    target_groups: B: stop once B groups are complete (a traced argument: one compilation
+      serves every target).
   """
-  chex.assert_rank([prompt, prompt_mask, prefix, prefix_mask, prefix_logp], 2)
-  r, p = prompt.shape
-  t_max = max_new_tokens
+  r = prompt.shape[0]
   if r % group_size:
     raise ValueError(f"partial_generate: {r} rows are not groups of group_size={group_size}")
   if not 1 <= target_groups <= r // group_size:
     raise ValueError(f"partial_generate: target_groups={target_groups} must be in [1, O="
                      f"{r // group_size}]")
+  return _partial_generate(params, prompt, prompt_mask, prefix, prefix_mask, prefix_logp,
+                           prefix_done, rng, jnp.int32(target_groups), cfg=cfg,
+                           strategy=strategy, max_new_tokens=max_new_tokens, eos_id=eos_id,
+                           pad_id=pad_id, group_size=group_size)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "strategy", "max_new_tokens", "eos_id",
+                                             "pad_id", "group_size"))
+def _partial_generate(params, prompt, prompt_mask, prefix, prefix_mask, prefix_logp, prefix_done,
+                      rng, target_groups, *, cfg, strategy, max_new_tokens, eos_id, pad_id,
+                      group_size) -> PartialSamples:
+  chex.assert_rank([prompt, prompt_mask, prefix, prefix_mask, prefix_logp], 2)
+  r, p = prompt.shape
+  t_max = max_new_tokens
   length = prefix_mask.sum(-1, dtype=jnp.int32)  # L_r
   cache = parallel.shard_batch(models.init_cache(cfg, r, p + 2 * t_max))
   prompt_logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
