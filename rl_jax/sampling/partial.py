@@ -100,9 +100,12 @@ def _partial_generate(params, prompt, prompt_mask, prefix, prefix_mask, prefix_l
   r, p = prompt.shape
   t_max = max_new_tokens
   length = prefix_mask.sum(-1, dtype=jnp.int32)  # L_r
-  cache = parallel.shard_batch(models.init_cache(cfg, r, p + 2 * t_max))
+  cache = parallel.shard_batch(models.init_cache(cfg, r, p + t_max))
   prompt_logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
   hidden, cache = models.extend(cfg, params, cache, prefix.astype(jnp.int32), prefix_mask)
+  # Row r's next token goes to slot P + L_r (per-row write slots, as the refill engine's): the
+  # continuation overwrites the prefix block's padding, so P + T slots hold every row.
+  cache = cache.replace(index=p + length)
   last = hidden[jnp.arange(r), jnp.maximum(length - 1, 0)]
   logits = jnp.where((length > 0)[:, None], models.logits_from_hidden(cfg, params, last),
                      prompt_logits)

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.usefixtures("fast_compiles")  # Compiling dominates the
 
 @pytest.fixture(scope="module")
 def setup():
+  # max_seq_len = P + T: a resumed row's prefix and continuation share the T completion slots.
   cfg = models.ModelConfig(vocab_size=23, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2,
-                           d_ff=64, max_seq_len=32)
+                           d_ff=64, max_seq_len=5 + T)
   params = models.init_params(cfg, jax.random.key(0))
   # Bias towards EOS: lengths spread over 1..T, so groups complete at different steps.
   params["embed_tokens"]["embedding"] = params["embed_tokens"]["embedding"].at[EOS].mul(12.0)
