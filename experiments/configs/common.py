@@ -200,7 +200,8 @@ def base() -> ml_collections.ConfigDict:
       # per step (0 = 2 x prompts_per_step), stop decoding once prompts_per_step of them are
       # complete, carry the rest (tokens, log-probs, per-token policy versions) into the next
       # step. Needs tis_cap > 0 (the off-policy correction), rollout='iid', dense groups.
-      partial=ml_collections.ConfigDict(dict(enabled=False, groups=0))))
+      # recycle_finished=False drops the surplus groups that complete with the target (slime).
+      partial=ml_collections.ConfigDict(dict(enabled=False, groups=0, recycle_finished=True))))
   # Where the training problems come from (experiments/README.md compares the two).
   # 'memory' (default): the task's lists, each step's batch drawn with a stateless host RNG.
   # 'grain': the task written once as a TFDS dataset (array_record, rl_jax.data.tfds_builders)

@@ -6,9 +6,13 @@ engine (`rl_jax.sampling.partial`) decodes them together and stops as soon as B 
 `prompts_per_step` groups are complete (every row ended at EOS or at T tokens). The batch is the
 first B complete groups in launch order (carried groups come first, so the oldest finish first);
 the other O - B groups, finished or not, are carried into the next step with their tokens,
-behaviour log-probs and the policy version of every token. Nothing is discarded (slime discards
-groups that finish after the target; here they simply wait one step), so after the first step
-the carry always holds exactly O - B groups.
+behaviour log-probs and the policy version of every token. By default nothing is discarded: groups
+that complete in the same decode step as the target's last one wait one step (so after the
+first step the carry holds exactly O - B groups). With `partial.recycle_finished=False` those
+surplus complete groups are dropped, as slime drops groups that finish after the target (their
+tokens are wasted, but every carried group is unfinished). Decoding is synchronous here, so
+with a policy whose rows often run to T many groups complete together at the length limit;
+with recycling the next step's batch is then mostly carried, one-step-stale groups.
 
 Policy versions: `version[r, t]` is the RL step whose parameters drew token t of row r (-1 off
 the mask). A carried row resumes under newer parameters, so one completion can hold tokens of
@@ -114,6 +118,11 @@ class Carry:
                arr("mask", bool), arr("logp", np.float32), arr("version", np.int32),
                np.asarray(s["done"], bool))
 
+  def assign(self, other: "Carry") -> None:
+    """Takes `other`'s contents in place (the RL phase holds this object across steps)."""
+    for f in dataclasses.fields(self):
+      setattr(self, f.name, getattr(other, f.name))
+
   def __eq__(self, other) -> bool:
     return all(np.array_equal(getattr(self, f.name), getattr(other, f.name))
                for f in dataclasses.fields(self))
@@ -133,15 +142,20 @@ def launch_ids(carried: np.ndarray, fresh: np.ndarray) -> np.ndarray:
   return np.concatenate([carried, fresh]).astype(np.int64)
 
 
-def split_groups(complete: np.ndarray, target: int) -> tuple[np.ndarray, np.ndarray]:
-  """(batch groups: the first `target` complete groups in launch order, carried: the rest in
-  launch order). Raises ValueError when fewer than `target` groups are complete."""
+def split_groups(complete: np.ndarray, target: int, recycle_finished: bool = True):
+  """(batch, carried, dropped) group indices: the batch is the first `target` complete groups in
+  launch order; the rest are carried in launch order, except that complete ones are dropped
+  when `recycle_finished` is False. Raises ValueError when fewer than `target` are complete."""
+  complete = np.asarray(complete, bool)
   done = np.flatnonzero(complete)
   if len(done) < target:
     raise ValueError(f"APRIL: only {len(done)} of {len(complete)} groups are complete; the "
                      f"batch needs {target}")
   chosen = done[:target]
-  return chosen, np.setdiff1d(np.arange(len(complete)), chosen)
+  rest = np.setdiff1d(np.arange(len(complete)), chosen)
+  if recycle_finished:
+    return chosen, rest, rest[:0]
+  return chosen, rest[~complete[rest]], rest[complete[rest]]
 
 
 def april_round(exp, params, step: int, carry: Carry, key, rng, score: Callable):
@@ -172,9 +186,11 @@ def april_round(exp, params, step: int, carry: Carry, key, rng, score: Callable)
   tokens, mask, logp, new, done = (np.asarray(x) for x in (out.tokens, out.mask, out.logp,
                                                            out.new, out.done))
   version = versions(ext(carry.version, -1), new, mask, step)
-  chosen, left = split_groups(partial.complete_groups(done, g), b)
+  chosen, left, dropped = split_groups(partial.complete_groups(done, g), b,
+                                       rl.partial.recycle_finished)
   by_group = lambda x, gs: x.reshape(o, g, *x.shape[1:])[gs].reshape(len(gs) * g, *x.shape[1:])
-  carry.__init__(ids[left], *(by_group(x, left) for x in (tokens, mask, logp, version, done)))
+  carry.assign(Carry(ids[left], *(by_group(x, left) for x in (tokens, mask, logp, version,
+                                                                done))))
   batch_rows = np.repeat(ids[chosen], g)
   sel = {k: by_group(x, chosen) for k, x in dict(tokens=tokens, mask=mask, logp=logp,
                                                   version=version).items()}
@@ -187,7 +203,8 @@ def april_round(exp, params, step: int, carry: Carry, key, rng, score: Callable)
   n_tok = max(int(sel["mask"].sum()), 1)
   stale = sel["mask"] & (sel["version"] < step)
   extra = {"rollout_tokens": int(new.sum()), "april/resumed_groups": c,
-           "april/carried_groups": len(left), "april/decode_steps": int(out.steps),
+           "april/carried_groups": len(left), "april/dropped_groups": len(dropped),
+           "april/decode_steps": int(out.steps),
            "april/offpolicy_token_frac": float(stale.sum() / n_tok),
            "april/max_staleness": int((step - sel["version"])[sel["mask"]].max(initial=0)),
            **counts}

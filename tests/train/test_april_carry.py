@@ -16,14 +16,18 @@ def test_worked_example_fifo():
   """Over-sample 4 groups, target 2; groups 1 and 3 finish first -> train on {1, 3}; {2, 4} are
   carried, and the next step launches {2, 4} first, then 2 fresh prompts."""
   ids = np.array([11, 12, 13, 14])
-  chosen, left = april.split_groups(np.array([True, False, True, False]), 2)
+  chosen, left, dropped = april.split_groups(np.array([True, False, True, False]), 2)
+  assert not len(dropped)
   np.testing.assert_array_equal(ids[chosen], [11, 13])
   np.testing.assert_array_equal(ids[left], [12, 14])
   np.testing.assert_array_equal(april.launch_ids(ids[left], np.array([15, 16])),
                                 [12, 14, 15, 16])
-  # More complete groups than the target: the first ones in launch order; the rest wait.
-  chosen, left = april.split_groups(np.array([False, True, True, True]), 2)
+  # More complete groups than the target: the first ones in launch order; the rest wait, or
+  # (recycle_finished=False, slime) the surplus complete group 3 is dropped.
+  chosen, left, _ = april.split_groups(np.array([False, True, True, True]), 2)
   assert chosen.tolist() == [1, 2] and left.tolist() == [0, 3]
+  chosen, left, dropped = april.split_groups(np.array([False, True, True, True]), 2, False)
+  assert chosen.tolist() == [1, 2] and left.tolist() == [0] and dropped.tolist() == [3]
   with pytest.raises(ValueError, match="only 1 of 4 groups are complete; the batch needs 2"):
     april.split_groups(np.array([False, True, False, False]), 2)
 
