@@ -29,6 +29,9 @@ for steps whose first round is fully informative. Randomness depends only on (se
 The loop itself is `rounds.collect` (planner -> engine -> round rules, DESIGN.md §7); dynamic
 sampling is the round rule 'dapo_dynamic' (`round_rules`). With `config.rl.max_group_size` > 0
 the batch is ragged (`planner`): an allocator's counts served by the iid engine in R_max rows.
+With `config.rl.partial.enabled` (APRIL, `april`) round 0 is the partial engine: over-provisioned
+groups, the first B complete ones make the batch, the rest are carried (with per-token policy
+versions) into the next step by the `april.Carry` that the RL phase holds and checkpoints.
 """
 
 from __future__ import annotations
