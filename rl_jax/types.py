@@ -54,6 +54,9 @@ class Rollout:
     step_rewards: [R, T] float32 process rewards, or None. The reward of step h of a row is the
       sum over its tokens with `step_of == h` (`rl.process_rewards` documents what each method
       puts there).
+    policy_version: [R, T] int32 RL step whose parameters drew each completion token (-1 off
+      the mask), or None. Set by APRIL partial rollouts (`train.april`), whose carried rows mix
+      versions; the update does not read it (the off-policy correction is TIS on `logp`).
   """
 
   prompt_tokens: jax.Array
@@ -67,6 +70,7 @@ class Rollout:
   prior: Optional[jax.Array] = None
   step_of: Optional[jax.Array] = None
   step_rewards: Optional[jax.Array] = None
+  policy_version: Optional[jax.Array] = None
 
 
 @flax.struct.dataclass
@@ -111,6 +115,9 @@ def check_rollout(rollout: Rollout, rewards: Optional[jax.Array] = None) -> None
   if rollout.step_of is not None:
     chex.assert_equal_shape([rollout.tokens, rollout.step_of, rollout.step_rewards])
     chex.assert_type([rollout.step_of, rollout.step_rewards], [int, float])
+  if rollout.policy_version is not None:
+    chex.assert_equal_shape([rollout.tokens, rollout.policy_version])
+    chex.assert_type(rollout.policy_version, int)
   if rewards is not None:
     chex.assert_rank(rewards, {1, 2})
     chex.assert_axis_dimension(rewards, 0, rollout.tokens.shape[0])

@@ -195,7 +195,13 @@ def base() -> ml_collections.ConfigDict:
           oprl_baseline="rloo")),
       # TreePO (rl_jax/sampling/treepo.py): segments of segment_len tokens, first_width paths
       # from the prompt, each live path becomes `branches` paths at a boundary (G leaves).
-      treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2))))
+      treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2)),
+      # APRIL partial rollouts (rl_jax/train/april.py, ALGORITHMS.md §7): launch `groups` groups
+      # per step (0 = 2 x prompts_per_step), stop decoding once prompts_per_step of them are
+      # complete, carry the rest (tokens, log-probs, per-token policy versions) into the next
+      # step. Needs tis_cap > 0 (the off-policy correction), rollout='iid', dense groups.
+      # recycle_finished=False drops the surplus groups that complete with the target (slime).
+      partial=ml_collections.ConfigDict(dict(enabled=False, groups=0, recycle_finished=True))))
   # Where the training problems come from (experiments/README.md compares the two).
   # 'memory' (default): the task's lists, each step's batch drawn with a stateless host RNG.
   # 'grain': the task written once as a TFDS dataset (array_record, rl_jax.data.tfds_builders)

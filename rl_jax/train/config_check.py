@@ -100,6 +100,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.num_minibatches": _int(1),
     "rl.num_iterations": _int(1),
     "rl.tis_cap": _real(0.0),
+    "rl.partial.groups": _int(0),
     "rl.max_gen_rounds": _int(1),
     "rl.overlong_buffer": _int(0),
     "rl.overlong_penalty_factor": _real(0.0),

@@ -22,7 +22,7 @@ from rl_jax import models, parallel
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import LengthBuckets
 from rl_jax.metrics import MetricsWriter, ProgressBar
-from rl_jax.train import experiment, planner, rollouts, signals
+from rl_jax.train import april, experiment, planner, rollouts, signals
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.experiment import Experiment
 from rl_jax.train.state import TrainState, make_optimizer
@@ -325,6 +325,10 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   state, start, meta, state_sh = _restore_or_init(exp, ckpt, sft_params, tx)
   history = (RolloutHistory.from_state(meta["history"]) if "history" in meta
              else RolloutHistory())
+  carry = None  # APRIL's carried groups (config.rl.partial), checkpointed in the same meta
+  if april.enabled(exp.config):
+    carry = (april.Carry.from_state(meta["april"]) if "april" in meta
+             else april.Carry.empty(exp.max_new_tokens))
   v0 = run_v0.RunV0.build(exp)  # V0 (config.value.v0), its state in the same meta
   if v0 is not None:
     v0.load_meta(meta)
@@ -345,6 +349,8 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
     example = example.replace(tree=Tree(
         parent=np.zeros((b, n), np.int32), depth=np.zeros((b, n), np.int32),
         leaf_node=np.zeros((r, n), bool), node_of=np.zeros((r, t), np.int32)))
+  if carry is not None:  # the rollout carries every token's policy version
+    example = example.replace(policy_version=np.zeros((r, t), np.int32))
   scorer = None
   if "process_reward" in cfg and cfg.process_reward != "none":  # step rewards in the batch
     from rl_jax.value import process  # pylint: disable=import-outside-toplevel
@@ -362,7 +368,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
 
   def step_fn(state, step):
     batch, rewards, host_metrics = rollouts.rollout(exp, _compute_params(exp, state.params), step,
-                                                    stream, history)
+                                                    stream, history, carry)
     if scorer is not None:
       batch, process_metrics = scorer.score(batch, rewards, state.params)
       host_metrics = dict(host_metrics, **process_metrics)
@@ -380,7 +386,9 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   state, seconds = _run_steps(exp, "rl", (state, start, meta), cfg.steps, step_fn, writer, ckpt,
                               eval_fn=eval_fn, eval_every=cfg.eval_every,
                               extra_meta=lambda: {"history": history.state(),
-                                                  **(v0.meta() if v0 is not None else {})})
+                                                  **(v0.meta() if v0 is not None else {}),
+                                                  **({} if carry is None
+                                                     else {"april": carry.state()})})
   ckpt.close()
   if parallel.is_primary():
     history.to_jsonl(os.path.join(exp.workdir, HISTORY_FILE))

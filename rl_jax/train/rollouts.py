@@ -29,6 +29,9 @@ for steps whose first round is fully informative. Randomness depends only on (se
 The loop itself is `rounds.collect` (planner -> engine -> round rules, DESIGN.md §7); dynamic
 sampling is the round rule 'dapo_dynamic' (`round_rules`). With `config.rl.max_group_size` > 0
 the batch is ragged (`planner`): an allocator's counts served by the iid engine in R_max rows.
+With `config.rl.partial.enabled` (APRIL, `april`) round 0 is the partial engine: over-provisioned
+groups, the first B complete ones make the batch, the rest are carried (with per-token policy
+versions) into the next step by the `april.Carry` that the RL phase holds and checkpoints.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from rl_jax import rewards as rewards_lib
 from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
 from rl_jax.sampling import engines, eptree, latr, treepo
-from rl_jax.train import allocate, planner, rl_inputs, round_rules, rounds
+from rl_jax.train import allocate, april, planner, rl_inputs, round_rules, rounds
 from rl_jax.train.experiment import Experiment
 from rl_jax.types import Rollout
 
@@ -128,6 +131,7 @@ def check_config(config) -> None:
     raise ValueError(f"config.rl.success_threshold must be in [0, 1) (a rollout succeeds when "
                      f"its first reward component exceeds it), got {rl.success_threshold}")
   planner.check_config(config)
+  april.check_config(config)
   round_rules.active_rules(config)
   if rl.advantage == "v05":
     _check_v05(config)
@@ -170,7 +174,7 @@ def informative_groups(rewards: np.ndarray, valid: np.ndarray, group_size: int,
 
 
 def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=None,
-                     history=None):
+                     history=None, carry=None):
   """Samples the planner's rows for B fresh prompts; returns (rollout, raw rewards [R, K], host
   metrics, prompt ids [B]).
 
@@ -179,11 +183,15 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
   from the rollout mode's sampler. Ragged layout: counts from the allocator
   (`planner.allocate`, statistics from `history`), served by the iid engine in a power-of-two
   row count (`planner.engine_rows`; uniform counts: the dense round's own sampler call).
+  With APRIL (`carry`, a `train.april.Carry`; config.rl.partial) round 0 is `april.april_round`.
   """
   rl = exp.config.rl
   tag = RL_TAG if round_idx == 0 else EXTRA_ROUND_TAG
   rng = exp.host_rng(RL_TAG, step) if round_idx == 0 else exp.host_rng(tag, step, round_idx)
   key = planner.round_key(exp, tag, step, round_idx)
+  if carry is not None and round_idx == 0:
+    return april.april_round(exp, params, step, carry, key, rng,
+                             score=lambda tokens, mask, ids: _score(exp, tokens, mask, ids))
   # rl.prompt_pool: draw from the first N train problems only (0 = all); data-selection
   # allocators draw more candidates than prompts_per_step and keep B.
   pool = rl.prompt_pool or len(exp.train_prompts)
@@ -355,12 +363,13 @@ def collect(draw: Callable, config, **kwargs):
   return rounds.collect(draw, config, **kwargs)
 
 
-def rollout(exp: Experiment, params, step: int, stream=None, history=None):
+def rollout(exp: Experiment, params, step: int, stream=None, history=None, carry=None):
   """The RL batch of `step`: (Rollout, rewards [R, K] float32, host metrics); `stream` as in
   `generation_round`; `history` (a `value.history.RolloutHistory`) receives every round's
-  attempts and successes and feeds the allocator and the round rules."""
+  attempts and successes and feeds the allocator and the round rules; `carry`: APRIL's carried
+  groups (`train.april.Carry`, updated in place), or None."""
   batch, shaped, metrics = rounds.collect(
-      lambda k: generation_round(exp, params, step, k, stream, history), exp.config,
+      lambda k: generation_round(exp, params, step, k, stream, history, carry), exp.config,
       extend=lambda k, req: extend_round(exp, params, step, k, req), history=history, step=step,
       context={"exp": exp, "params": params})
   metrics.update(allocate.batch_metrics(batch, shaped, exp.config))

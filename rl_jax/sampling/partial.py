@@ -1,0 +1,153 @@
+"""The APRIL partial-rollout engine (ALGORITHMS.md §7): decode until enough groups have finished.
+
+R = O·G rows (O over-provisioned groups of G contiguous rows) decode together. A row may resume
+a partial completion from an earlier step: its `prefix` [R, T] (the tokens it already has,
+right-padded, `prefix_mask`) is re-prefilled after the prompt under the current parameters, and
+decoding continues from there. The loop ends as soon as `target_groups` groups have every row
+finished (EOS or T completion tokens), or when every row has finished; rows still unfinished
+then are returned as they are, to be carried into the next step (`rl_jax.train.april`).
+
+Why the prefix and not its KV cache: the cached keys/values were computed by the old
+parameters, so reusing them would condition the new policy's tokens on stale activations (the
+continuation would be drawn from neither policy, and its log-probs would not be the trainer's).
+Re-prefilling costs one forward pass over at most T tokens per carried row, and the carried state
+is only tokens, log-probs and versions (what a checkpoint stores), never a cache. slime does the
+same: a resumed request is resubmitted with its partial response as part of the prompt.
+
+Every round draws at least one token per unfinished row (the first one, from the prompt or
+prefix logits), so a row ends within T rounds. Token j of this call's continuation of row r is
+drawn with fold_in(fold_in(rng, r), j) (`decode.draw_rows`). Shapes are static; the whole engine
+is one jitted call (a `lax.while_loop` that checks the stop rule after every decode step).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import chex
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from rl_jax import models, parallel
+from rl_jax.sampling.decode import draw_rows
+from rl_jax.sampling.strategies import Sampling
+
+
+@flax.struct.dataclass
+class PartialSamples:
+  """Completions in completion coordinates [R, T]: the carried prefix, then this call's tokens.
+
+  Attributes:
+    tokens, mask, logp: [R, T]; logp is the behaviour log-prob of each token under the policy
+      that drew it (a carried prefix keeps its own).
+    new: [R, T] bool, tokens drawn by this call (the rest of `mask` is the carried prefix).
+    done: [R] bool, the row has ended (EOS or T tokens).
+    steps: decode steps run (the first token of each row is not a decode step).
+  """
+
+  tokens: jax.Array
+  mask: jax.Array
+  logp: jax.Array
+  new: jax.Array
+  done: jax.Array
+  steps: jax.Array
+
+
+def complete_groups(done: jax.Array, group_size: int) -> jax.Array:
+  """bool [O]: every row of the group (G contiguous rows) has ended."""
+  return done.reshape(-1, group_size).all(axis=-1)
+
+
+def partial_generate(params, prompt: jax.Array, prompt_mask: jax.Array, prefix: jax.Array,
+                     prefix_mask: jax.Array, prefix_logp: jax.Array, prefix_done: jax.Array,
+                     rng: jax.Array, *, cfg: models.ModelConfig, strategy: Sampling,
+                     max_new_tokens: int, eos_id: int, pad_id: int, group_size: int,
+                     target_groups: int) -> PartialSamples:
+  """One APRIL round over R = O·G rows.
+
+  Args:
+    params: sampler parameters (the current policy).
+    prompt, prompt_mask: [R, P] left-padded prompt of every row.
+    prefix, prefix_mask, prefix_logp: [R, T] the row's carried completion (right-padded; all
+      False for a fresh row) and its behaviour log-probs.
+    prefix_done: [R] the carried completion has already ended (a finished row of an unfinished
+      group); nothing is drawn for it.
+    rng: the round's key.
+    cfg, strategy, max_new_tokens (T), eos_id, pad_id: as `decode.generate`.
+    group_size: G (static); R must be a multiple of it.
+    target_groups: B: stop once B groups are complete (a traced argument: one compilation
+      serves every target).
+  """
+  r = prompt.shape[0]
+  if r % group_size:
+    raise ValueError(f"partial_generate: {r} rows are not groups of group_size={group_size}")
+  if not 1 <= target_groups <= r // group_size:
+    raise ValueError(f"partial_generate: target_groups={target_groups} must be in [1, O="
+                     f"{r // group_size}]")
+  return _partial_generate(params, prompt, prompt_mask, prefix, prefix_mask, prefix_logp,
+                           prefix_done, rng, jnp.int32(target_groups), cfg=cfg,
+                           strategy=strategy, max_new_tokens=max_new_tokens, eos_id=eos_id,
+                           pad_id=pad_id, group_size=group_size)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "strategy", "max_new_tokens", "eos_id",
+                                             "pad_id", "group_size"))
+def _partial_generate(params, prompt, prompt_mask, prefix, prefix_mask, prefix_logp, prefix_done,
+                      rng, target_groups, *, cfg, strategy, max_new_tokens, eos_id, pad_id,
+                      group_size) -> PartialSamples:
+  chex.assert_rank([prompt, prompt_mask, prefix, prefix_mask, prefix_logp], 2)
+  r, p = prompt.shape
+  t_max = max_new_tokens
+  length = prefix_mask.sum(-1, dtype=jnp.int32)  # L_r
+  cache = parallel.shard_batch(models.init_cache(cfg, r, p + t_max))
+  prompt_logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
+  hidden, cache = models.extend(cfg, params, cache, prefix.astype(jnp.int32), prefix_mask)
+  # Row r's next token goes to slot P + L_r (per-row write slots, as the refill engine's): the
+  # continuation overwrites the prefix block's padding, so P + T slots hold every row.
+  cache = cache.replace(index=p + length)
+  last = hidden[jnp.arange(r), jnp.maximum(length - 1, 0)]
+  logits = jnp.where((length > 0)[:, None], models.logits_from_hidden(cfg, params, last),
+                     prompt_logits)
+  remaining = t_max - length  # completion tokens the row may still draw
+  rows = jnp.arange(r)
+
+  def draw(logits, done, j, bufs):
+    tok, logp, _ = draw_rows(strategy, logits, rng, rows, jnp.full((r,), j))
+    live = ~done
+    tok = jnp.where(live, tok, pad_id)
+    vals = (tok, live, jnp.where(live, logp, 0.0))
+    bufs = tuple(jax.lax.dynamic_update_slice_in_dim(b, v[:, None].astype(b.dtype), j, axis=1)
+                 for b, v in zip(bufs, vals))
+    done = done | (tok == eos_id) | (j + 1 >= remaining)
+    return tok, done, bufs
+
+  bufs = (jnp.full((r, t_max), pad_id, jnp.int32), jnp.zeros((r, t_max), bool),
+          jnp.zeros((r, t_max), jnp.float32))
+  done = prefix_done.astype(bool) | (remaining <= 0)
+  tok, done, bufs = draw(logits, done, 0, bufs)
+
+  def cond(loop):
+    j, _, _, done, _ = loop
+    enough = complete_groups(done, group_size).sum() >= target_groups
+    return (j < t_max) & ~enough & ~jnp.all(done)
+
+  def body(loop):
+    j, cache, tok, done, bufs = loop
+    logits, cache = models.decode_step(cfg, params, cache, tok)
+    tok, done, bufs = draw(logits, done, j, bufs)
+    return j + 1, cache, tok, done, bufs
+
+  j, _, _, done, (new_tok, new_mask, new_logp) = jax.lax.while_loop(
+      cond, body, (jnp.int32(1), cache, tok, done, bufs))
+  # Completion position c holds the prefix for c < L_r, else this call's token c - L_r.
+  c = jnp.arange(t_max)[None, :]
+  src = jnp.clip(c - length[:, None], 0, t_max - 1)
+  from_prefix = c < length[:, None]
+  take = lambda x: jnp.take_along_axis(x, src, axis=1)
+  new = ~from_prefix & take(new_mask)
+  return PartialSamples(
+      tokens=jnp.where(from_prefix, prefix, jnp.where(new, take(new_tok), pad_id)),
+      mask=from_prefix | new,
+      logp=jnp.where(from_prefix, prefix_logp, jnp.where(new, take(new_logp), 0.0)),
+      new=new, done=done, steps=j - 1)

@@ -1,0 +1,211 @@
+"""APRIL partial rollouts, host side (ALGORITHMS.md §7; `config.rl.partial`).
+
+Each RL step launches O over-provisioned groups of G rows (`partial.groups`, 0 = 2·B): first
+the groups carried over from the previous step (FIFO, whole groups), then fresh prompts. The
+engine (`rl_jax.sampling.partial`) decodes them together and stops as soon as B =
+`prompts_per_step` groups are complete (every row ended at EOS or at T tokens). The batch is the
+first B complete groups in launch order (carried groups come first, so the oldest finish first);
+the other O - B groups, finished or not, are carried into the next step with their tokens,
+behaviour log-probs and the policy version of every token. By default nothing is discarded: groups
+that complete in the same decode step as the target's last one wait one step (so after the
+first step the carry holds exactly O - B groups). With `partial.recycle_finished=False` those
+surplus complete groups are dropped, as slime drops groups that finish after the target (their
+tokens are wasted, but every carried group is unfinished). Decoding is synchronous here, so
+with a policy whose rows often run to T many groups complete together at the length limit;
+with recycling the next step's batch is then mostly carried, one-step-stale groups.
+
+Policy versions: `version[r, t]` is the RL step whose parameters drew token t of row r (-1 off
+the mask). A carried row resumes under newer parameters, so one completion can hold tokens of
+several versions. Off-policy correction: truncated importance sampling, which the trainer already
+has (`config.rl.tis_cap` C > 0 is required): the PPO ratio is taken against the trainer's
+log-probs under the current parameters θ_k, and each token's loss is weighted by
+w_t = min(π_θk(y_t) / μ_v(y_t), C), μ_v the policy of version v that drew the token (its
+recorded log-prob). For tokens drawn this step w_t ≈ 1; for carried tokens it is the truncated
+importance weight between the current and the stale policy (`rl_inputs.tis_weights`).
+
+The carry is checkpointed in the RL phase's meta (`Carry.state()`, JSON: ints and float32
+log-probs, which round-trip exactly), so a resumed run continues the same partial rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+
+from rl_jax import parallel
+from rl_jax.sampling import partial
+from rl_jax.types import Rollout
+
+
+def enabled(config) -> bool:
+  return "partial" in config.rl and bool(config.rl.partial.enabled)
+
+
+def launch_groups(config) -> int:
+  """O: groups launched per step (`config.rl.partial.groups`, 0 = 2·B)."""
+  return config.rl.partial.groups or 2 * config.rl.prompts_per_step
+
+
+def check_config(config) -> None:
+  """Raises ValueError naming the field when `config.rl.partial` cannot run with the rest of the
+  config."""
+  if "partial" not in config.rl:
+    return
+  rl, opts = config.rl, config.rl.partial
+  if opts.groups < 0:
+    raise ValueError(f"config.rl.partial.groups={opts.groups}: expected 0 (= 2·prompts_per_step) "
+                     "or the groups launched per step, >= prompts_per_step")
+  if not opts.enabled:
+    return
+  if launch_groups(config) < rl.prompts_per_step:
+    raise ValueError(f"config.rl.partial.groups={opts.groups} is below prompts_per_step="
+                     f"{rl.prompts_per_step}; expected 0 or >= prompts_per_step")
+  if rl.tis_cap <= 0:
+    raise ValueError("config.rl.partial.enabled=True with config.rl.tis_cap=0; expected "
+                     "tis_cap > 0 (carried tokens are off-policy and are corrected by truncated "
+                     "importance sampling, e.g. --config.rl.tis_cap=2.0)")
+  clashes = {"rollout": (rl.rollout, "iid"), "max_group_size": (rl.max_group_size, 0),
+             "dynamic_sampling": (rl.dynamic_sampling, False),
+             "round_rules": (tuple(rl.round_rules), ())}
+  for name, (value, want) in clashes.items():
+    if value != want:
+      raise ValueError(f"config.rl.partial.enabled=True with config.rl.{name}={value!r}; "
+                       f"expected {name}={want!r}")
+  if rl.advantage == "v05":
+    raise ValueError("config.rl.partial.enabled=True with config.rl.advantage='v05'; expected "
+                     "another estimator (V0.5 draws extra rounds of its own)")
+  if config.data.source != "memory":
+    raise ValueError(f"config.rl.partial.enabled=True with config.data.source="
+                     f"{config.data.source!r}; expected 'memory'")
+
+
+@dataclasses.dataclass
+class Carry:
+  """The groups carried into the next step. prompt_ids [C]; per row (C·G rows, groups
+  contiguous): tokens, mask, logp, version [C·G, T] and done [C·G] (the row already ended)."""
+
+  prompt_ids: np.ndarray
+  tokens: np.ndarray
+  mask: np.ndarray
+  logp: np.ndarray
+  version: np.ndarray
+  done: np.ndarray
+
+  @classmethod
+  def empty(cls, t: int) -> "Carry":
+    z = lambda dtype: np.zeros((0, t), dtype)
+    return cls(np.zeros(0, np.int64), z(np.int32), z(bool), z(np.float32), z(np.int32),
+               np.zeros(0, bool))
+
+  @property
+  def num_groups(self) -> int:
+    return len(self.prompt_ids)
+
+  def state(self) -> dict:
+    """JSON-ready lists (float32 log-probs survive the round trip through Python floats)."""
+    return {"prompt_ids": self.prompt_ids.tolist(), "tokens": self.tokens.tolist(),
+            "mask": self.mask.tolist(), "logp": self.logp.astype(np.float64).tolist(),
+            "version": self.version.tolist(), "done": self.done.tolist(),
+            "t": int(self.tokens.shape[1])}
+
+  @classmethod
+  def from_state(cls, s: dict) -> "Carry":
+    t = int(s["t"])
+    arr = lambda k, dtype: np.asarray(s[k], dtype).reshape(-1, t)
+    return cls(np.asarray(s["prompt_ids"], np.int64), arr("tokens", np.int32),
+               arr("mask", bool), arr("logp", np.float32), arr("version", np.int32),
+               np.asarray(s["done"], bool))
+
+  def assign(self, other: "Carry") -> None:
+    """Takes `other`'s contents in place (the RL phase holds this object across steps)."""
+    for f in dataclasses.fields(self):
+      setattr(self, f.name, getattr(other, f.name))
+
+  def __eq__(self, other) -> bool:
+    return all(np.array_equal(getattr(self, f.name), getattr(other, f.name))
+               for f in dataclasses.fields(self))
+
+
+def versions(prefix_version: np.ndarray, new: np.ndarray, mask: np.ndarray,
+             step: int) -> np.ndarray:
+  """int32 [R, T]: `step` for the tokens drawn this step (`new`), the carried version for the
+  prefix, -1 off the mask."""
+  v = np.where(new, step, prefix_version)
+  return np.where(mask, v, -1).astype(np.int32)
+
+
+def launch_ids(carried: np.ndarray, fresh: np.ndarray) -> np.ndarray:
+  """Prompt ids of the O groups launched this step: the carried groups first (FIFO), then
+  fresh prompts."""
+  return np.concatenate([carried, fresh]).astype(np.int64)
+
+
+def split_groups(complete: np.ndarray, target: int, recycle_finished: bool = True):
+  """(batch, carried, dropped) group indices: the batch is the first `target` complete groups in
+  launch order; the rest are carried in launch order, except that complete ones are dropped
+  when `recycle_finished` is False. Raises ValueError when fewer than `target` are complete."""
+  complete = np.asarray(complete, bool)
+  done = np.flatnonzero(complete)
+  if len(done) < target:
+    raise ValueError(f"APRIL: only {len(done)} of {len(complete)} groups are complete; the "
+                     f"batch needs {target}")
+  chosen = done[:target]
+  rest = np.setdiff1d(np.arange(len(complete)), chosen)
+  if recycle_finished:
+    return chosen, rest, rest[:0]
+  return chosen, rest[~complete[rest]], rest[complete[rest]]
+
+
+def april_round(exp, params, step: int, carry: Carry, key, rng, score: Callable):
+  """One step's APRIL round: (Rollout of B groups with `policy_version`, raw rewards [B·G, K],
+  host metrics, prompt ids [B]); `carry` is replaced in place by the groups left over.
+
+  score(tokens, mask, prompt_ids) -> (rewards [n, K], host counts), as `planner.sample_requests`.
+  """
+  rl = exp.config.rl
+  b, g, t = rl.prompts_per_step, rl.group_size, exp.max_new_tokens
+  o = launch_groups(exp.config)
+  c = carry.num_groups
+  if c > o or carry.tokens.shape[1] != t:
+    raise ValueError(f"APRIL carry holds {c} groups of length {carry.tokens.shape[1]}; this "
+                     f"config launches {o} groups of {t} tokens (config.rl.partial.groups, "
+                     "sampling.max_new_tokens changed on resume?)")
+  pool = rl.prompt_pool or len(exp.train_prompts)
+  fresh = rng.choice(pool, o - c, replace=False)
+  ids = launch_ids(carry.prompt_ids, fresh)
+  rows = np.repeat(ids, g)
+  pad = (o - c) * g
+  ext = lambda x, v: np.concatenate([x, np.full((pad,) + x.shape[1:], v, x.dtype)])
+  out = parallel.to_host(partial.partial_generate(
+      params, exp.train_prompts[rows], exp.train_prompt_mask[rows], ext(carry.tokens, 0),
+      ext(carry.mask, False), ext(carry.logp, 0.0), ext(carry.done, False), key,
+      cfg=exp.model_cfg, strategy=exp.rollout_strategy, max_new_tokens=t,
+      eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id, group_size=g, target_groups=b))
+  tokens, mask, logp, new, done = (np.asarray(x) for x in (out.tokens, out.mask, out.logp,
+                                                           out.new, out.done))
+  version = versions(ext(carry.version, -1), new, mask, step)
+  chosen, left, dropped = split_groups(partial.complete_groups(done, g), b,
+                                       rl.partial.recycle_finished)
+  by_group = lambda x, gs: x.reshape(o, g, *x.shape[1:])[gs].reshape(len(gs) * g, *x.shape[1:])
+  carry.assign(Carry(ids[left], *(by_group(x, left) for x in (tokens, mask, logp, version,
+                                                                done))))
+  batch_rows = np.repeat(ids[chosen], g)
+  sel = {k: by_group(x, chosen) for k, x in dict(tokens=tokens, mask=mask, logp=logp,
+                                                  version=version).items()}
+  rewards, counts = score(sel["tokens"], sel["mask"], batch_rows)
+  batch = Rollout(prompt_tokens=exp.train_prompts[batch_rows],
+                  prompt_mask=exp.train_prompt_mask[batch_rows], tokens=sel["tokens"],
+                  mask=sel["mask"], logp=sel["logp"],
+                  group=np.repeat(np.arange(b), g).astype(np.int32), valid=np.ones(b * g, bool),
+                  policy_version=sel["version"])
+  n_tok = max(int(sel["mask"].sum()), 1)
+  stale = sel["mask"] & (sel["version"] < step)
+  extra = {"rollout_tokens": int(new.sum()), "april/resumed_groups": c,
+           "april/carried_groups": len(left), "april/dropped_groups": len(dropped),
+           "april/decode_steps": int(out.steps),
+           "april/offpolicy_token_frac": float(stale.sum() / n_tok),
+           "april/max_staleness": int((step - sel["version"])[sel["mask"]].max(initial=0)),
+           **counts}
+  return batch, np.asarray(rewards, np.float32), extra, ids[chosen]
