@@ -133,7 +133,7 @@ def base() -> ml_collections.ConfigDict:
       dynamic_sampling=False, max_gen_rounds=4, overlong_buffer=0,
       overlong_penalty_factor=1.0,
       # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' | 'treepo'
-      # (ALGORITHMS.md §3).
+      # (ALGORITHMS.md §3) | 'arrol' (§6.6, options in `arrol` below).
       rollout="iid",
       # Planner (rl_jax/train/planner.py). max_group_size G_max > 0 turns on ragged groups: the
       # batch is `rows` R_max rows (0 = prompts_per_step * group_size), prompt b gets n_b <= G_max
@@ -195,7 +195,16 @@ def base() -> ml_collections.ConfigDict:
           oprl_baseline="rloo")),
       # TreePO (rl_jax/sampling/treepo.py): segments of segment_len tokens, first_width paths
       # from the prompt, each live path becomes `branches` paths at a boundary (G leaves).
-      treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2))))
+      treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2)),
+      # ARRoL online pruning (rollout='arrol'; rl_jax/sampling/arrol.py, rl_jax/value/
+      # quality_head.py; ALGORITHMS.md §6.6, keep rule RECONSTRUCTED [R]): N0 = ceil(oversample
+      # x group_size) rows per prompt; at t_p = round(prune_frac x max_new_tokens) tokens a
+      # quality head on the policy's hidden state keeps group_size rows by `rule` ('balanced':
+      # the ceil(rho N) highest and the rest lowest scores, rho = 0.5 [P]; 'lowest': the highest
+      # N), the rest stop; the head takes `updates` Adam steps at `lr` of BCE on each round's
+      # survivors' outcomes. oversample 1.5 (§6.6's worked N0=6, N=4), prune_frac 0.25 [R].
+      arrol=ml_collections.ConfigDict(dict(oversample=1.5, prune_frac=0.25, rule="balanced",
+                                           rho=0.5, lr=1e-2, updates=8))))
   # Where the training problems come from (experiments/README.md compares the two).
   # 'memory' (default): the task's lists, each step's batch drawn with a stateless host RNG.
   # 'grain': the task written once as a TFDS dataset (array_record, rl_jax.data.tfds_builders)
