@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 @pytest.fixture(scope="module")
 def setup():
-  cfg = models.ModelConfig(vocab_size=23, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+  cfg = models.ModelConfig(vocab_size=23, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2,
                            d_ff=64, max_seq_len=32)
   params = models.init_params(cfg, jax.random.key(0))
   # Bias towards EOS (id 1): some rows end before the checkpoint, some run to T.
@@ -43,8 +43,18 @@ def test_balanced_rule_worked_example():
   g = jnp.asarray([[0.9, 0.1, 0.6, 0.4, 0.8, 0.2]])
   np.testing.assert_array_equal(arrol.keep_balanced(g, 4, 0.5), [[0, 1, 4, 5]])  # §6.6 test
   np.testing.assert_array_equal(arrol.keep_highest(g, 4, 0.5), [[0, 2, 3, 4]])
+  flat = jnp.full((1, 6), 0.3)  # constant: ties by index
+  np.testing.assert_array_equal(arrol.keep_balanced(flat, 4, 0.5), [[0, 1, 4, 5]])
+  np.testing.assert_array_equal(arrol.keep_highest(flat, 4, 0.5), [[0, 1, 2, 3]])
   # rho = 0.75 with N = 4: the 3 highest and the 1 lowest.
   np.testing.assert_array_equal(arrol.keep_balanced(g, 4, 0.75), [[0, 1, 2, 4]])
+  # Balance: whenever at least ⌈ρN⌉ rows of a group score above and N − ⌈ρN⌉ below 0.5, the
+  # survivors' predicted positive fraction is exactly ρ (random groups of N₀ = 12, N = 8).
+  x = jax.random.uniform(jax.random.key(0), (64, 12))
+  kept = np.take_along_axis(np.asarray(x), np.asarray(arrol.keep_balanced(x, 8, 0.5)), 1)
+  ok = ((np.asarray(x) > 0.5).sum(1) >= 4) & ((np.asarray(x) <= 0.5).sum(1) >= 4)
+  assert ok.sum() > 40
+  np.testing.assert_array_equal((kept[ok] > 0.5).sum(1), 4)
 
 
 def test_survivors_are_the_unpruned_rows_and_match_the_trainer(setup):
@@ -90,26 +100,24 @@ def test_survivors_are_the_unpruned_rows_and_match_the_trainer(setup):
       out.survivors), 1).reshape(-1), want, atol=1e-4)
 
 
-@pytest.mark.parametrize("bias", [-20.0, 20.0])  # a head sure every row fails / passes
-def test_constant_head_prunes_the_allowed_rows_blind(setup, bias):
-  """A constant ĝ ranks nothing: every group loses exactly its N₀ − N allowed rows, the same
-  score-blind ones (first ⌈ρN⌉ and last N − ⌈ρN⌉ kept) whatever the constant; N = N₀ prunes
-  nothing and is the unpruned sampler."""
+def test_constant_head_prunes_the_allowed_rows_blind(setup):
+  """A constant ĝ ranks nothing: whether the head says every row fails or passes, every group
+  loses exactly its N₀ − N allowed rows, the same score-blind ones (the first ⌈ρN⌉ and last
+  N − ⌈ρN⌉ kept); N = N₀ prunes nothing and is the unpruned sampler."""
   cfg, params, prompt, prompt_mask = setup
   key = jax.random.key(5)
-  out = arrol.arrol_generate(params, _head(cfg, bias=bias), prompt, prompt_mask, key,
-                             **_kw(cfg))
-  np.testing.assert_array_equal(out.survivors, np.tile([0, 1, 4, 5], (3, 1)))
-  lowest = arrol.arrol_generate(params, _head(cfg, bias=bias), prompt, prompt_mask, key,
-                                **_kw(cfg, rule="lowest"))
-  np.testing.assert_array_equal(lowest.survivors, np.tile([0, 1, 2, 3], (3, 1)))
-  none = arrol.arrol_generate(params, _head(cfg, bias=bias), prompt, prompt_mask, key,
+  kw = _kw(cfg)
+  for bias in (-20.0, 20.0):  # the head is an argument: one compilation for both
+    out = arrol.arrol_generate(params, _head(cfg, bias=bias), prompt, prompt_mask, key, **kw)
+    np.testing.assert_array_equal(out.survivors, np.tile([0, 1, 4, 5], (3, 1)))
+    assert int(out.saved_slot_steps) > 0
+  none = arrol.arrol_generate(params, _head(cfg, bias=-20.0), prompt, prompt_mask, key,
                               **_kw(cfg, keep=N0))
   assert int(none.pruned_live) == 0 and int(none.saved_slot_steps) == 0
-  kw = _kw(cfg)
   del kw["options"]
   full = sampling.generate(params, prompt, prompt_mask, key, num_samples=N0, row_keys=True, **kw)
   np.testing.assert_array_equal(none.samples.tokens, full.tokens)
+  np.testing.assert_array_equal(none.samples.mask, full.mask)
 
 
 def test_bad_options():
