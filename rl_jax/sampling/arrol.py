@@ -183,7 +183,7 @@ def arrol_generate(params, head: dict, prompt: jax.Array, prompt_mask: jax.Array
   cache, logits = parallel.shard_batch((cache.take_rows(rows0), logits[rows0]))
   r0 = b * n0
   fill = ((pad_id, jnp.int32), (False, bool), (0.0, jnp.float32), (0.0, jnp.float32))
-  bufs = tuple(jnp.full((r0, t_max), v, d) for v, d in fill)
+  bufs = tuple(parallel.shard_batch(jnp.full((r0, t_max), v, d)) for v, d in fill)
   st = _State(cache=cache, logits=logits, done=jnp.zeros((r0,), bool),
               feat=jnp.zeros((r0, cfg.d_model), jnp.float32), rows=jnp.arange(r0), bufs=bufs)
   step = functools.partial(_pick_and_feed, cfg, params, rng, strategy=strategy, eos_id=eos_id,
