@@ -133,7 +133,7 @@ def base() -> ml_collections.ConfigDict:
       dynamic_sampling=False, max_gen_rounds=4, overlong_buffer=0,
       overlong_penalty_factor=1.0,
       # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' | 'treepo'
-      # (ALGORITHMS.md §3).
+      # (ALGORITHMS.md §3) | 'arrol' (§6.6, options in `arrol` below).
       rollout="iid",
       # Planner (rl_jax/train/planner.py). max_group_size G_max > 0 turns on ragged groups: the
       # batch is `rows` R_max rows (0 = prompts_per_step * group_size), prompt b gets n_b <= G_max
@@ -201,7 +201,16 @@ def base() -> ml_collections.ConfigDict:
       # complete, carry the rest (tokens, log-probs, per-token policy versions) into the next
       # step. Needs tis_cap > 0 (the off-policy correction), rollout='iid', dense groups.
       # recycle_finished=False drops the surplus groups that complete with the target (slime).
-      partial=ml_collections.ConfigDict(dict(enabled=False, groups=0, recycle_finished=True))))
+      partial=ml_collections.ConfigDict(dict(enabled=False, groups=0, recycle_finished=True)),
+      # ARRoL online pruning (rollout='arrol'; rl_jax/sampling/arrol.py, rl_jax/value/
+      # quality_head.py; ALGORITHMS.md §6.6, keep rule RECONSTRUCTED [R]): N0 = ceil(oversample
+      # x group_size) rows per prompt; at t_p = round(prune_frac x max_new_tokens) tokens a
+      # quality head on the policy's hidden state keeps group_size rows by `rule` ('balanced':
+      # the ceil(rho N) highest and the rest lowest scores, rho = 0.5 [P]; 'lowest': the highest
+      # N), the rest stop; the head takes `updates` Adam steps at `lr` of BCE on each round's
+      # survivors' outcomes. oversample 1.5 (§6.6's worked N0=6, N=4), prune_frac 0.25 [R].
+      arrol=ml_collections.ConfigDict(dict(oversample=1.5, prune_frac=0.25, rule="balanced",
+                                           rho=0.5, lr=1e-2, updates=8))))
   # Where the training problems come from (experiments/README.md compares the two).
   # 'memory' (default): the task's lists, each step's batch drawn with a stateless host RNG.
   # 'grain': the task written once as a TFDS dataset (array_record, rl_jax.data.tfds_builders)

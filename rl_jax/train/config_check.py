@@ -15,7 +15,7 @@ from typing import Any, Callable
 import ml_collections
 
 from rl_jax.rewards import contained
-from rl_jax.sampling import engines
+from rl_jax.sampling import arrol, engines
 from rl_jax.value import v0_model
 
 
@@ -118,6 +118,12 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.v05.std_eps": _real(0.0),
     "rl.v05.prior_window": _int(0),
     "rl.v05.prior_pseudo_count": _real(0.0, lo_open=True),
+    "rl.arrol.oversample": _real(1.0),
+    "rl.arrol.prune_frac": _real(0.0, 1.0, lo_open=True, hi_open=True),
+    "rl.arrol.rule": _one_of(tuple(arrol.KEEP_RULES.names())),
+    "rl.arrol.rho": _real(0.0, 1.0),
+    "rl.arrol.lr": _real(0.0, lo_open=True),
+    "rl.arrol.updates": _int(0),
     **_optim("rl.optim"),
     "control.steps": _int(0),
     "eval.num_samples": _int(1),

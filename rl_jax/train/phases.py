@@ -314,7 +314,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   and successes per prompt and step) in its checkpoints' meta, so a resumed run has the history
   of an uninterrupted one, and writes it to WORKDIR/history.jsonl when the phase ends. With
   V0 (`value.run_v0`), V0's state rides in the same meta and its calibration joins every
-  evaluation's metrics.
+  evaluation's metrics; so does ARRoL's quality head (`value.quality_head`, rollout='arrol').
   """
   cfg = exp.config.rl
   rollouts.check_config(exp.config)
@@ -333,6 +333,10 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   if v0 is not None:
     v0.load_meta(meta)
     eval_fn = v0.wrap_eval(eval_fn)
+  from rl_jax.value import quality_head  # pylint: disable=import-outside-toplevel
+  arrol_run = quality_head.ArrolRun.build(exp)  # ARRoL's online head (rollout='arrol')
+  if arrol_run is not None:
+    arrol_run.load_meta(meta)
   hyper = rl_hyper(exp)
   params_sh = parallel.tree_shardings(sft_params, exp.mesh)
   r = planner.batch_rows(exp.config)
@@ -388,7 +392,8 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
                               extra_meta=lambda: {"history": history.state(),
                                                   **(v0.meta() if v0 is not None else {}),
                                                   **({} if carry is None
-                                                     else {"april": carry.state()})})
+                                                     else {"april": carry.state()}),
+                                                  **(arrol_run.meta() if arrol_run else {})})
   ckpt.close()
   if parallel.is_primary():
     history.to_jsonl(os.path.join(exp.workdir, HISTORY_FILE))

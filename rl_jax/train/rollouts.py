@@ -12,7 +12,10 @@ for ragged groups):
   piecewise-constant `mix_schedule`) and the rest independently; 'eptree' grows EPTree trees
   (`rl_jax.sampling.eptree`, options `config.rl.eptree`) and keeps G of their leaves per prompt,
   recording the tree for the tree advantages; 'treepo' grows a segment-wise TreePO tree of G
-  leaves per prompt (`rl_jax.sampling.treepo`, options `config.rl.treepo`), tree recorded. `rollout_tokens` counts the tokens decoded to
+  leaves per prompt (`rl_jax.sampling.treepo`, options `config.rl.treepo`), tree recorded. 'arrol'
+  samples ceil(oversample·G) rows per prompt and keeps G of them at a pruning checkpoint, chosen
+  by an online quality head (`rl_jax.sampling.arrol`, `rl_jax.value.quality_head`, options
+  `config.rl.arrol`; ALGORITHMS.md §6.6 [R]); the pruned rows are not in the batch. `rollout_tokens` counts the tokens decoded to
   make the batch (a fork's shared prefix once), `batch_tokens` the completion tokens in it.
 * Dynamic sampling (`dynamic_sampling=True`): groups whose rewards are all equal carry no
   gradient and are dropped; further generation rounds of `prompts_per_step` fresh prompts are
@@ -45,7 +48,7 @@ from rl_jax import parallel
 from rl_jax import rewards as rewards_lib
 from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
-from rl_jax.sampling import engines, eptree, latr, treepo
+from rl_jax.sampling import arrol, engines, eptree, latr, treepo
 from rl_jax.train import allocate, april, planner, rl_inputs, round_rules, rounds
 from rl_jax.train.experiment import Experiment
 from rl_jax.types import Rollout
@@ -53,7 +56,7 @@ from rl_jax.types import Rollout
 # Random-stream tags (phases.PHASE_TAGS): round 0 uses the RL phase's stream, rounds >= 1 their own.
 # Extension rounds (extra rows of prompts already drawn, e.g. V0.5) use EXTEND_TAG.
 RL_TAG, EXTRA_ROUND_TAG, EXTEND_TAG = 2, 5, 6
-ROLLOUTS = ("iid", "latr", "eptree", "treepo")
+ROLLOUTS = ("iid", "latr", "eptree", "treepo", "arrol")
 overlong_shaping = rounds.overlong_shaping
 
 
@@ -127,6 +130,9 @@ def check_config(config) -> None:
                      f"{rl.rollout!r} (groups carry a tree); use rollout='iid' or 'latr'")
   if rl.rollout == "treepo":
     treepo_options(config)
+  if rl.rollout == "arrol":
+    from rl_jax.value import quality_head  # pylint: disable=import-outside-toplevel
+    quality_head.options(config)
   if not 0.0 <= rl.success_threshold < 1.0:
     raise ValueError(f"config.rl.success_threshold must be in [0, 1) (a rollout succeeds when "
                      f"its first reward component exceeds it), got {rl.success_threshold}")
@@ -207,7 +213,7 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
     return (*_engine_round(exp, params, requests, key, max(rows, requests.total)), idx)
   rows = np.repeat(idx, rl.group_size)
   sample = {"iid": _iid_rows, "latr": _latr_rows, "eptree": _eptree_rows,
-            "treepo": _treepo_rows}[rl.rollout]
+            "treepo": _treepo_rows, "arrol": _arrol_rows}[rl.rollout]
   out, rewards, extra = sample(exp, params, idx, key, rng, step)
   batch = Rollout(prompt_tokens=exp.train_prompts[rows], prompt_mask=exp.train_prompt_mask[rows],
                   tokens=np.asarray(out["tokens"]), mask=np.asarray(out["mask"]),
@@ -356,6 +362,31 @@ def _treepo_rows(exp: Experiment, params, idx, key, rng, step):
                            "tree_filled_rows": int(out.filled.sum()), **counts}
 
 
+
+
+def _arrol_rows(exp: Experiment, params, idx, key, rng, step):
+  """ARRoL (rl_jax/sampling/arrol.py): N0 rows per prompt, pruned to G at the checkpoint by the
+  run's quality head, which then trains on the survivors' outcomes (value/quality_head.py). The
+  batch holds the G survivors only: pruned rows never reach the loss."""
+  del rng, step
+  from rl_jax.value import quality_head  # pylint: disable=import-outside-toplevel
+  run = quality_head.ArrolRun.of(exp)
+  g = exp.config.rl.group_size
+  out = parallel.to_host(arrol.arrol_generate(
+      params, run.head.params, exp.train_prompts[idx], exp.train_prompt_mask[idx], key,
+      cfg=exp.model_cfg, strategy=exp.rollout_strategy, max_new_tokens=exp.max_new_tokens,
+      eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id, options=run.options))
+  s = out.samples
+  rewards, counts = _score(exp, s.tokens, s.mask, np.repeat(idx, g))
+  head_metrics = run.observe(out.features, rewards)
+  fields = dict(tokens=s.tokens, mask=s.mask, logp=s.logp)
+  pruned = len(idx) * (run.options.oversample - g)
+  return fields, rewards, {
+      "rollout_tokens": int(np.asarray(s.mask).sum()) + int(out.pruned_tokens),
+      "arrol/rows_pruned": pruned, "arrol/rows_stopped": int(out.pruned_live),
+      "arrol/tokens_saved": int(out.saved_slot_steps),
+      "arrol/pruned_tokens": int(out.pruned_tokens), "arrol/slot_steps": int(out.slot_steps),
+      **head_metrics, **counts}
 
 
 def collect(draw: Callable, config, **kwargs):

@@ -97,8 +97,12 @@ def init_from_hf(path: str, *, base_rate: float = 0.5, dtype: str = "float32"
 
 
 def bce_with_logits(logits: jax.Array, labels: jax.Array) -> jax.Array:
-  """Elementwise `-[y log σ(z) + (1 - y) log(1 - σ(z))]`, stable for any z; y may be soft."""
-  return jnp.maximum(logits, 0) - logits * labels + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+  """Elementwise `-[y log σ(z) + (1 - y) log(1 - σ(z))]`, stable for any z; y may be soft.
+
+  softplus(z) - z·y: the same value as max(z, 0) - z·y + log1p(e^{-|z|}), whose gradient at
+  exactly z = 0 is -y instead of σ(0) - y (the kinks of max and |.|), which left a zero-initialised
+  head (ARRoL's) with zero gradient on all-negative labels."""
+  return jax.nn.softplus(logits) - logits * labels
 
 
 def loss_fn(params: dict, batch: PRMBatch, *, cfg: models.ModelConfig) -> tuple[jax.Array, dict]:

@@ -1,0 +1,166 @@
+"""ARRoL's quality head g_ψ (ALGORITHMS.md §6.6), trained online in the RL run (`rollout='arrol'`).
+
+    run = ArrolRun.of(exp)                 # the run's head and engine options (kept on `exp`)
+    out = arrol.arrol_generate(params, run.head.params, ..., options=run.options)
+    metrics = run.observe(out.features, rewards)   # BCE updates on the survivors' outcomes
+    {**run.meta()}; run.load_meta(meta)    # its state rides in the RL checkpoint's meta
+
+g_ψ(h) = σ(w·h + b) is the scalar head of `rl_jax.models.heads` without a body of its own: it
+reads the policy's final-normed hidden state h_{i,t_p} of a partial rollout at the pruning
+checkpoint (the policy is the body, so the head follows it as RL trains it). It starts at w = 0,
+b = 0 (ĝ = 0.5 everywhere: ARRoL keeps a score-blind, unbiased subsample until it has learnt) and
+after every generation round takes `config.rl.arrol.updates` Adam steps (`lr`) of the binary
+cross-entropy (`value.prm.bce_with_logits`) of its logits on the round's survivors against their
+outcomes y_i = [r_i > `config.rl.success_threshold`] (first raw reward component). Pruned rows
+have no outcome and are never trained on [P: "trained on-the-fly with BCE against the final rewards
+of finished rollouts"; R: which rows, when, optimizer and step counts].
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from rl_jax.models import heads
+from rl_jax.sampling import arrol
+from rl_jax.value.prm import bce_with_logits
+
+_ATTR = "_arrol_run"  # where the run's ArrolRun is kept on its Experiment
+
+
+def init_head(d_model: int, bias: float = 0.0) -> dict:
+  """{'head': {'kernel': zeros [D], 'bias': bias}} (float32), the layout `heads.head_logits`
+  reads."""
+  return {"head": {"kernel": jnp.zeros((d_model,), jnp.float32),
+                   "bias": jnp.asarray(bias, jnp.float32)}}
+
+
+def _loss(params, x, y, w):
+  z = heads.head_logits(params, x)
+  return jnp.sum(w * bce_with_logits(z, y)) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+@functools.partial(jax.jit, static_argnames=("tx", "steps"))
+def _fit(params, opt_state, x, y, w, *, tx, steps: int):
+  """`steps` full-batch optax steps of the weighted BCE; returns (params, opt_state, loss before)."""
+
+  def one(carry, _):
+    p, s = carry
+    loss, g = jax.value_and_grad(_loss)(p, x, y, w)
+    upd, s = tx.update(g, s, p)
+    return (optax.apply_updates(p, upd), s), loss
+
+  (params, opt_state), losses = jax.lax.scan(one, (params, opt_state), None, length=steps)
+  return params, opt_state, losses[0]
+
+
+class QualityHead:
+  """g_ψ's params, Adam state and update count; `fit` trains it on (features, outcomes)."""
+
+  def __init__(self, d_model: int, *, lr: float, updates: int):
+    self.tx = optax.adam(lr)
+    self.updates = updates
+    self.params = init_head(d_model)
+    self.opt_state = self.tx.init(self.params)
+    self.rounds = 0
+
+  def predict(self, features) -> np.ndarray:
+    return np.asarray(jax.nn.sigmoid(heads.head_logits(self.params, jnp.asarray(features))))
+
+  def fit(self, features, outcomes, weights=None) -> dict:
+    """Trains on features [R, D] with outcomes [R] in {0, 1} (weights [R], default 1); returns
+    the BCE and accuracy of the head before the update (held out: it had not seen these rows)."""
+    x = jnp.asarray(features, jnp.float32)
+    y = jnp.asarray(outcomes, jnp.float32)
+    w = jnp.ones_like(y) if weights is None else jnp.asarray(weights, jnp.float32)
+    before = self.predict(x)
+    acc = float(np.sum(np.asarray(w) * ((before > 0.5) == (np.asarray(y) > 0.5)))
+                / max(float(np.sum(np.asarray(w))), 1.0))
+    if self.updates:
+      self.params, self.opt_state, loss = _fit(self.params, self.opt_state, x, y, w, tx=self.tx,
+                                               steps=self.updates)
+    else:
+      loss = _loss(self.params, x, y, w)
+    self.rounds += 1
+    return {"arrol/head_loss": float(loss), "arrol/head_acc": acc,
+            "arrol/head_mean": float(before.mean())}
+
+  # --- checkpoints: arrays as base64 bytes in the RL checkpoint's JSON meta (exact) -----------
+  def state(self) -> dict:
+    leaves = jax.tree_util.tree_leaves((self.params, self.opt_state))
+    return {"rounds": self.rounds, "arrays": [
+        {"dtype": str(np.asarray(x).dtype), "shape": list(np.shape(x)),
+         "data": base64.b64encode(np.ascontiguousarray(np.asarray(x)).tobytes()).decode()}
+        for x in leaves]}
+
+  def load_state(self, state: dict) -> None:
+    treedef = jax.tree_util.tree_structure((self.params, self.opt_state))
+    if treedef.num_leaves != len(state["arrays"]):
+      raise ValueError(f"the checkpoint's ARRoL head state has {len(state['arrays'])} arrays, "
+                       f"config.rl.arrol builds {treedef.num_leaves}")
+    leaves = [jnp.asarray(np.frombuffer(base64.b64decode(a["data"]), np.dtype(a["dtype"]))
+                          .reshape(a["shape"])) for a in state["arrays"]]
+    self.params, self.opt_state = jax.tree_util.tree_unflatten(treedef, leaves)
+    self.rounds = int(state["rounds"])
+
+
+def options(config) -> arrol.ArrolOptions:
+  """`config.rl.arrol` -> ArrolOptions: N = rl.group_size survivors of N₀ = ⌈oversample·N⌉,
+  checkpoint t_p = max(1, round(prune_frac·T)) (ValueError naming the field when out of range)."""
+  rl, c = config.rl, config.rl.arrol
+  if not (isinstance(c.oversample, (int, float)) and math.isfinite(c.oversample)
+          and c.oversample >= 1):
+    raise ValueError(f"config.rl.arrol.oversample={c.oversample!r}: expected a number >= 1 "
+                     "(N0 = ceil(oversample * group_size) rows sampled per prompt)")
+  t = config.sampling.max_new_tokens
+  if not 0 < c.prune_frac < 1 or not 1 <= round(c.prune_frac * t) < t:
+    raise ValueError(f"config.rl.arrol.prune_frac={c.prune_frac!r} puts the checkpoint at "
+                     f"round(prune_frac * max_new_tokens={t}) = {round(c.prune_frac * t)} "
+                     f"tokens; expected a fraction in (0, 1) giving 1 <= t_p < {t}")
+  if not c.lr > 0 or c.updates < 0:
+    raise ValueError(f"config.rl.arrol.lr={c.lr!r} / updates={c.updates!r}: expected lr > 0 "
+                     "and updates >= 0")
+  n = rl.group_size
+  return arrol.ArrolOptions(oversample=int(math.ceil(c.oversample * n - 1e-9)), keep=n,
+                            prune_at=int(round(c.prune_frac * t)), rule=c.rule, rho=c.rho)
+
+
+class ArrolRun:
+  """The ARRoL state of one RL run: engine options and the online quality head."""
+
+  def __init__(self, exp):
+    self.config = exp.config
+    self.options = options(exp.config)
+    c = exp.config.rl.arrol
+    self.head = QualityHead(exp.model_cfg.d_model, lr=c.lr, updates=c.updates)
+
+  @classmethod
+  def build(cls, exp) -> Optional["ArrolRun"]:
+    """The run's ArrolRun (kept on `exp`), or None when `rl.rollout` is not 'arrol'."""
+    if exp.config.rl.rollout != "arrol":
+      return None
+    if _ATTR not in exp.__dict__:
+      exp.__dict__[_ATTR] = cls(exp)
+    return exp.__dict__[_ATTR]
+
+  of = build
+
+  def observe(self, features, rewards) -> dict:
+    """Trains the head on a round's survivors: features [R, D], raw rewards [R, K]."""
+    y = np.asarray(rewards, np.float32)[:, 0] > self.config.rl.success_threshold
+    return self.head.fit(features, y.astype(np.float32))
+
+  def meta(self) -> dict:
+    return {"arrol": self.head.state()}
+
+  def load_meta(self, meta: dict) -> None:
+    """Restores `meta()`'s head (a resumed RL phase); nothing when the meta has no 'arrol'."""
+    if "arrol" in meta:
+      self.head.load_state(meta["arrol"])
