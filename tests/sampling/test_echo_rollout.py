@@ -221,6 +221,35 @@ def test_pruning_cuts_rows_where_the_rule_fires(grown):
   assert int(cut.decode_tokens) == int(out.decode_tokens) - int((out.mask & ~cut.mask).sum())
 
 
+def test_nested_branching_tree_invariants(grown):
+  """[R] `nested`: children branch too. Every step passes the rule from step 2 with width 2, so
+  per prompt row 0 forks at 2 into slot 1, that child at 3 into slot 2, its child at 4 into
+  slot 3 (a row forks once): a chain of nested nodes, and the tree stays consistent."""
+  from rl_jax.sampling import eptree  # pylint: disable=g-import-not-at-top
+  *_, run, _ = grown
+  o = dataclasses.replace(OPTS, entropy_high=0.5, entropy_low=0.0, branch_threshold=10.0,
+                          entropy_delta_threshold=-10.0, max_branches=2, nested=True)
+  out = run(o)
+  tree = echo.to_tree(out)
+  assert out.parent_slot.tolist() == [0, 0, 1, 2, 4, 4, 5, 6]
+  assert out.birth.tolist() == [0, 2, 3, 4] * 2 and out.branched.tolist() == [1, 1, 1, 0] * 2
+  prompt_of = np.repeat(np.arange(2), G)
+  np.testing.assert_array_equal(
+      tree.leaf_node, eptree.incidence(tree.parent, tree.node_of, out.mask, prompt_of))
+  for b in range(2):
+    rows = np.arange(b * G, (b + 1) * G)
+    # Leaf depths: row 0 at 2 (prefix, continuation), its child 3, grandchild 4, then 4.
+    assert [tree.depth[b, tree.node_of[r, -1]] for r in rows] == [2, 3, 4, 4]
+    used = np.flatnonzero(tree.leaf_node[rows].any(0))
+    assert len(used) == 1 + 1 + 2 * 3  # the prompt, the first prefix, 3 forks x 2 nodes
+    for node in used[1:]:  # a node's depth is its parent's + 1; its rows share its tokens
+      assert tree.depth[b, node] == tree.depth[b, tree.parent[b, node]] + 1
+      at = tree.node_of[rows] == node
+      through = rows[at.any(1)]
+      cols = np.flatnonzero(at[at.any(1)][0])
+      assert (out.tokens[through][:, cols] == out.tokens[through[0], cols]).all()
+
+
 @pytest.mark.parametrize("field, value, match", [
     ("max_branches", 0, "config.rl.echo.max_branches must be >= 1"),
     ("confidence", "mean", "config.rl.echo.confidence='mean'; expected one of"),
