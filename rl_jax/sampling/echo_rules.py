@@ -85,31 +85,28 @@ class EchoOptions:
   nested: bool = False
 
   def __post_init__(self):
+    bad = lambda field, expected: ValueError(
+        f"config.rl.echo.{field}={getattr(self, field)!r}: expected {expected}")
     for name in ("top_k", "conf_top_k", "entropy_window", "group_window", "tail_window",
                  "min_branches", "max_branches", "tail_decline_steps", "delta_rise_steps"):
       if getattr(self, name) < 1:
-        raise ValueError(f"config.rl.echo.{name} must be >= 1, got {getattr(self, name)}")
+        raise bad(name, "an integer >= 1")
     for name in ("min_depth", "branch_roots"):
       if getattr(self, name) < 0:
-        raise ValueError(f"config.rl.echo.{name} must be >= 0, got {getattr(self, name)}")
+        raise bad(name, "an integer >= 0")
     if self.confidence not in CONFIDENCES:
-      raise ValueError(f"config.rl.echo.confidence={self.confidence!r}; expected one of "
-                       f"{list(CONFIDENCES)}")
+      raise bad("confidence", f"one of {list(CONFIDENCES)}")
     if self.conf_top_k > self.top_k:
-      raise ValueError(f"config.rl.echo.conf_top_k={self.conf_top_k} exceeds top_k="
-                       f"{self.top_k}; expected conf_top_k <= top_k")
+      raise bad("conf_top_k", f"at most top_k={self.top_k}")
     if self.max_branches > self.top_k:
-      raise ValueError(f"config.rl.echo.max_branches={self.max_branches} exceeds top_k="
-                       f"{self.top_k}; expected max_branches <= top_k (children take top tokens)")
+      raise bad("max_branches", f"at most top_k={self.top_k} (children take top tokens)")
     if self.min_branches > self.max_branches:
-      raise ValueError(f"config.rl.echo.min_branches={self.min_branches} exceeds max_branches="
-                       f"{self.max_branches}; expected min_branches <= max_branches")
+      raise bad("min_branches", f"at most max_branches={self.max_branches}")
     if not self.entropy_high > self.entropy_low:
-      raise ValueError(f"config.rl.echo.entropy_high={self.entropy_high} must exceed "
-                       f"entropy_low={self.entropy_low} (the width divides by their gap)")
+      raise bad("entropy_high", f"more than entropy_low={self.entropy_low} (the width divides "
+                "by their gap)")
     if self.branch_threshold == 0.0:
-      raise ValueError("config.rl.echo.branch_threshold must be nonzero (the width divides "
-                       "by |branch_threshold|)")
+      raise bad("branch_threshold", "a nonzero number (the width divides by its magnitude)")
 
 
 def step_stats(logits: jax.Array, o: EchoOptions):

@@ -168,8 +168,8 @@ def _check_echo(config) -> None:
   opts = echo_options(config)
   g = config.rl.group_size
   if opts.branch_roots >= g:
-    raise ValueError(f"config.rl.echo.branch_roots={opts.branch_roots} leaves no slot for "
-                     f"branches with group_size={g}; expected branch_roots < group_size")
+    raise ValueError(f"config.rl.echo.branch_roots={opts.branch_roots}: expected fewer than "
+                     f"group_size={g} (the other slots hold the branches; 0 = no branching)")
 
 
 def informative_groups(rewards: np.ndarray, valid: np.ndarray, group_size: int,

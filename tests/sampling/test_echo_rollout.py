@@ -251,15 +251,15 @@ def test_nested_branching_tree_invariants(grown):
 
 
 @pytest.mark.parametrize("field, value, match", [
-    ("max_branches", 0, "config.rl.echo.max_branches must be >= 1"),
-    ("confidence", "mean", "config.rl.echo.confidence='mean'; expected one of"),
-    ("entropy_low", 4.0, "config.rl.echo.entropy_high=3.5 must exceed entropy_low=4.0"),
-    ("min_branches", 5, "config.rl.echo.min_branches=5 exceeds max_branches=4"),
-    ("conf_top_k", 65, "config.rl.echo.conf_top_k=65 exceeds top_k=64"),
-    ("branch_threshold", 0.0, "config.rl.echo.branch_threshold must be nonzero"),
+    ("max_branches", 0, "config.rl.echo.max_branches=0: expected an integer >= 1"),
+    ("confidence", "mean", "config.rl.echo.confidence='mean': expected one of"),
+    ("entropy_low", 4.0, "config.rl.echo.entropy_high=3.5: expected more than entropy_low=4.0"),
+    ("min_branches", 5, "config.rl.echo.min_branches=5: expected at most max_branches=4"),
+    ("conf_top_k", 65, "config.rl.echo.conf_top_k=65: expected at most top_k=64"),
+    ("branch_threshold", 0.0, "config.rl.echo.branch_threshold=0.0: expected a nonzero"),
 ])
 def test_bad_options_raise_named_errors(field, value, match):
-  with pytest.raises(ValueError, match=match.replace("(", r"\(")):
+  with pytest.raises(ValueError, match=match):
     echo.EchoOptions(**{field: value})
 
 
@@ -269,8 +269,8 @@ def test_config_checks(smoke_config):
   config_check.check(smoke_config)  # the defaults are valid
   for field, value, match in (("top_k", 0, r"config.rl.echo.top_k=0: expected an integer >= 1"),
                               ("alpha", -1.0, r"config.rl.echo.alpha=-1.0: expected a finite"),
-                              ("entropy_high", 0.5, "must exceed entropy_low"),
-                              ("branch_roots", 4, "branch_roots=4 leaves no slot")):
+                              ("entropy_high", 0.5, "expected more than entropy_low=1.0"),
+                              ("branch_roots", 4, "branch_roots=4: expected fewer than")):
     bad = smoke_config.copy_and_resolve_references()
     bad.rl.echo[field] = value
     with pytest.raises(config_check.ConfigError, match=match):
