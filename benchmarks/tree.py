@@ -12,6 +12,9 @@ For B prompts and K leaves per prompt, in one process, on the same parameters:
   `eptree` with the learning comparison's options (fork points anywhere, as the reference), and
   `eptree_late` with (M, N, L, T) = (1, K-1, 1, 1) and `min_prefix_fraction=0.5` (one chain per
   prompt, forked at its K-1 most uncertain tokens in its second half; not the reference).
+* ECHO (when `echo_options` are given): `sampling.echo.echo_generate` with K slots per prompt
+  (options of `config.rl.echo`; `--echo_branching` uses thresholds that branch on the tiny
+  policy, since the reference's cannot fire: rl_jax/sampling/echo_rules.py).
 
 Per method: `decode_tokens_per_leaf` (tokens the live rows decoded, a fork's shared prefix once,
 pruned branches included, divided by the B·K finished leaves), `distinct_leaves` (distinct
@@ -43,9 +46,13 @@ import jax
 import numpy as np
 
 from rl_jax import sampling
-from rl_jax.sampling import eptree, latr
+from rl_jax.sampling import echo, eptree, latr
 
 GOAL_TOKENS, GOAL_DISTINCT = 0.6, 1.0
+# ECHO thresholds that fire on a sharp policy (the H_t, C_t ranges of
+# rl_jax/sampling/echo_rules.py): branch at high entropy whatever the confidence.
+ECHO_BRANCHING = dict(entropy_high=1.0, entropy_low=0.0, branch_threshold=10.0,
+                      entropy_delta_threshold=0.2)
 
 
 def distinct_per_prompt(tokens: np.ndarray, mask: np.ndarray, leaves: int) -> float:
@@ -76,10 +83,11 @@ def late_forks(leaves: int) -> eptree.EPTreeOptions:
 def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strategy, leaves: int,
             max_new_tokens: int, eos_id: int, pad_id: int, latr_options: latr.LatrOptions,
             eptree_options: dict[str, eptree.EPTreeOptions], repeats: int,
-            seed: int = 0) -> dict:
+            seed: int = 0, echo_options: echo.EchoOptions | None = None) -> dict:
   """The measurements of the module docstring for B prompts (one row each) and K = `leaves`.
 
-  `eptree_options` maps a method name to EPTree options with K leaves per prompt.
+  `eptree_options` maps a method name to EPTree options with K leaves per prompt; ECHO runs
+  when `echo_options` are given.
   """
   for name, o in eptree_options.items():
     if o.leaves != leaves:
@@ -99,6 +107,7 @@ def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strateg
                                         options=o, **kw), repeats)
          for name, o in eptree_options.items()}
   n = b * leaves
+  methods = ("latr", *eps) + (("echo",) if echo_options is not None else ())
 
   def stats(decoded, tokens, mask, seconds, **extra):
     distinct = distinct_per_prompt(tokens, mask, leaves)
@@ -117,7 +126,14 @@ def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strateg
                      if (ep.fork_pos > 0).any() else 0.0)
          for name, (ep, ep_s) in eps.items()},
   }
-  for name in ("latr", *eps):
+  if echo_options is not None:
+    ech, ech_s = _timed(lambda: echo.echo_generate(params, prompt, prompt_mask, key,
+                                                   options=echo_options, num_slots=leaves, **kw),
+                        repeats)
+    res["echo"] = stats(int(ech.decode_tokens), ech.tokens, ech.mask, ech_s,
+                        children=int(ech.num_children),
+                        branch_events=int(ech.num_branch_events), pruned=int(ech.num_pruned))
+  for name in methods:
     res[f"{name}_ratios"] = {
         k: round(res[name][k] / res["independent"][k], 4)
         for k in ("decode_tokens_per_leaf", "distinct_leaves", "decode_tokens_per_distinct_leaf",
@@ -125,7 +141,7 @@ def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strateg
     r = res[f"{name}_ratios"]
     r["goals_met"] = bool(r["decode_tokens_per_leaf"] <= GOAL_TOKENS
                           and r["distinct_leaves"] >= GOAL_DISTINCT)
-  res["goals_met_by"] = [name for name in ("latr", *eps) if res[f"{name}_ratios"]["goals_met"]]
+  res["goals_met_by"] = [name for name in methods if res[f"{name}_ratios"]["goals_met"]]
   return res
 
 
@@ -192,21 +208,28 @@ def main(argv=None) -> dict:
   parser.add_argument("--smollm2_dir", default="", help="HF dir of SmolLM2-135M-Instruct")
   parser.add_argument("--smollm2_prompts", type=int, default=8)
   parser.add_argument("--smollm2_tokens", type=int, default=96)
+  parser.add_argument("--echo_branching", action="store_true",
+                      help="ECHO with thresholds that branch (the reference's never do)")
   args = parser.parse_args(argv)
   params, prompt, mask, cfg, tok, config = tiny_policy(args)
   t = config.sampling.max_new_tokens
   latr_opts, ep_opts = sweep_options(config)
   late = late_forks(args.leaves)
+  from rl_jax.train import rollouts  # noqa: PLC0415
+  echo_opts = rollouts.echo_options(config)
+  if args.echo_branching:
+    echo_opts = dataclasses.replace(echo_opts, **ECHO_BRANCHING)
   out = {"tiny": compare(params, prompt, mask, cfg=cfg,
                          strategy=sampling.Sampling(config.sampling.temperature),
                          leaves=args.leaves, max_new_tokens=t, eos_id=tok.eos_id,
                          pad_id=tok.pad_id, latr_options=latr_opts,
                          eptree_options={"eptree": ep_opts, "eptree_late": late},
-                         repeats=args.repeats),
+                         repeats=args.repeats, echo_options=echo_opts),
          "tiny_setup": {"prompts": args.prompts, "leaves": args.leaves, "max_new_tokens": t,
                         "latr": dataclasses.asdict(latr_opts),
                         "eptree": dataclasses.asdict(ep_opts),
-                        "eptree_late": dataclasses.asdict(late)}}
+                        "eptree_late": dataclasses.asdict(late),
+                        "echo": dataclasses.asdict(echo_opts)}}
   if args.smollm2_dir and os.path.isdir(args.smollm2_dir):
     params, prompt, mask, cfg, tok = smollm2_policy(args)
     # Fork points close to the length limit give continuations of a token or two, which repeat
@@ -219,7 +242,8 @@ def main(argv=None) -> dict:
                              leaves=args.leaves, max_new_tokens=args.smollm2_tokens,
                              eos_id=tok.eos_id, pad_id=tok.pad_id,
                              latr_options=rollouts.latr_options(common.base()),
-                             eptree_options={"eptree": smol_ep, "eptree_late": late}, repeats=1)
+                             eptree_options={"eptree": smol_ep, "eptree_late": late}, repeats=1,
+                             echo_options=echo_opts)
     out["smollm2_setup"] = {"prompts": args.smollm2_prompts, "max_new_tokens": args.smollm2_tokens,
                             "eptree": dataclasses.asdict(smol_ep),
                             "eptree_late": dataclasses.asdict(late)}

@@ -7,7 +7,7 @@ import pytest
 from benchmarks import tree as bench
 from experiments.configs import default
 from rl_jax import models, sampling
-from rl_jax.sampling import eptree, latr
+from rl_jax.sampling import echo, eptree, latr
 
 
 def test_distinct_per_prompt_counts_masked_completions():
@@ -32,15 +32,19 @@ def test_compare_reports_consistent_ratios():
                       leaves=4, max_new_tokens=6, eos_id=1, pad_id=0,
                       latr_options=latr.LatrOptions(tau_abs=0.0, tau_rel=1.0, windows=(3,)),
                       eptree_options={"eptree": eptree.EPTreeOptions(1, 1, 1, 3),
-                                      "eptree_late": bench.late_forks(4)}, repeats=1)
-  for name in ("latr", "eptree", "eptree_late"):
+                                      "eptree_late": bench.late_forks(4)}, repeats=1,
+                      echo_options=echo.EchoOptions(**dict(bench.ECHO_BRANCHING, min_depth=1,
+                                                           entropy_delta_threshold=-10.0)))
+  for name in ("latr", "eptree", "eptree_late", "echo"):
     ratio = res[f"{name}_ratios"]["decode_tokens_per_leaf"]
     assert ratio == pytest.approx(res[name]["decode_tokens_per_leaf"]
                                   / res["independent"]["decode_tokens_per_leaf"], rel=1e-3)
     assert 1 <= res[name]["distinct_leaves"] <= 4
   # Forking at every step fills every slot, so every LATR leaf is distinct.
   assert res["latr"]["distinct_leaves"] == 4 and res["latr"]["filled_slots"] == 0
-  assert res["goals_met_by"] == [n for n in ("latr", "eptree", "eptree_late")
+  # ECHO: each prompt's first row branches at step 1 into the 3 other slots (width 4).
+  assert res["echo"]["children"] == 6 and res["echo"]["branch_events"] == 2
+  assert res["goals_met_by"] == [n for n in ("latr", "eptree", "eptree_late", "echo")
                                  if res[f"{n}_ratios"]["goals_met"]]
   with pytest.raises(ValueError, match="leaves"):
     bench.compare(params, prompt, prompt > 0, cfg=cfg, strategy=sampling.Sampling(1.0), leaves=4,

@@ -132,7 +132,7 @@ def base() -> ml_collections.ConfigDict:
       # and soft overlong punishment over the last overlong_buffer tokens (0 = off).
       dynamic_sampling=False, max_gen_rounds=4, overlong_buffer=0,
       overlong_penalty_factor=1.0,
-      # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' | 'treepo'
+      # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' | 'treepo' | 'echo'
       # (ALGORITHMS.md §3) | 'arrol' (§6.6, options in `arrol` below).
       rollout="iid",
       # Planner (rl_jax/train/planner.py). max_group_size G_max > 0 turns on ragged groups: the
@@ -210,7 +210,19 @@ def base() -> ml_collections.ConfigDict:
       # N), the rest stop; the head takes `updates` Adam steps at `lr` of BCE on each round's
       # survivors' outcomes. oversample 1.5 (§6.6's worked N0=6, N=4), prune_frac 0.25 [R].
       arrol=ml_collections.ConfigDict(dict(oversample=1.5, prune_frac=0.25, rule="balanced",
-                                           rho=0.5, lr=1e-2, updates=8))))
+                                           rho=0.5, lr=1e-2, updates=8)),
+      # ECHO (rl_jax/sampling/echo.py + echo_rules.py, ALGORITHMS.md §3.5): entropy-confidence
+      # branching and online pruning over G slots per prompt; defaults of the reference's
+      # DeepConfParams [V]. [R] switches: branch_roots (rows that may branch; reference 1),
+      # nested (children branch too), prune. With these thresholds the branch rule cannot fire
+      # (C_t >= ln 5 > branch_threshold; experiments/README.md, "Tree rollouts").
+      echo=ml_collections.ConfigDict(dict(
+          top_k=64, conf_top_k=5, confidence="neg_logp", min_depth=4, entropy_window=4,
+          group_window=4, tail_window=8, entropy_high=3.5, entropy_low=1.0,
+          branch_threshold=1.2, entropy_delta_threshold=0.2, min_branches=1, max_branches=4,
+          alpha=2.0, beta=1.0, prune=True, prune_threshold=0.4, tail_decline_steps=3,
+          tail_threshold=1.0, delta_rise_steps=3, delta_upper=0.5, branch_roots=1,
+          nested=False))))
   # Where the training problems come from (experiments/README.md compares the two).
   # 'memory' (default): the task's lists, each step's batch drawn with a stateless host RNG.
   # 'grain': the task written once as a TFDS dataset (array_record, rl_jax.data.tfds_builders)

@@ -80,6 +80,10 @@ def check_config(config) -> None:
     raise ValueError(f"config.rl.prompt_pool and data-selection allocators draw their prompts "
                      f"from memory; config.data.source={config.data.source!r} is not supported "
                      "with them (use 'memory')")
+  if rl.max_group_size and rl.max_group_size < rl.group_size:
+    raise ValueError(f"config.rl.max_group_size={rl.max_group_size}: expected 0 (dense groups) "
+                     f"or >= group_size={rl.group_size} (a budget of prompts_per_step x "
+                     "group_size rows)")
   budget = budget_from_config(config)
   try:
     budget.check(num_candidates(config, allocator))

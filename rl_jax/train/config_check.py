@@ -15,7 +15,7 @@ from typing import Any, Callable
 import ml_collections
 
 from rl_jax.rewards import contained
-from rl_jax.sampling import arrol, engines
+from rl_jax.sampling import arrol, echo_rules, engines
 from rl_jax.value import v0_model
 
 
@@ -125,6 +125,18 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.arrol.lr": _real(0.0, lo_open=True),
     "rl.arrol.updates": _int(0),
     **_optim("rl.optim"),
+    # ECHO (rl_jax/sampling/echo_rules.py; cross-field rules in EchoOptions).
+    **{f"rl.echo.{f}": _int(1) for f in (
+        "top_k", "conf_top_k", "entropy_window", "group_window", "tail_window", "min_branches",
+        "max_branches", "tail_decline_steps", "delta_rise_steps")},
+    **{f"rl.echo.{f}": _int(0) for f in ("min_depth", "branch_roots")},
+    **{f"rl.echo.{f}": (_num, "a finite number") for f in (
+        "entropy_high", "entropy_low", "branch_threshold", "entropy_delta_threshold",
+        "prune_threshold", "tail_threshold", "delta_upper")},
+    **{f"rl.echo.{f}": _real(0.0) for f in ("alpha", "beta")},
+    "rl.echo.confidence": _one_of(echo_rules.CONFIDENCES),
+    "rl.echo.prune": _one_of((True, False)),
+    "rl.echo.nested": _one_of((True, False)),
     "control.steps": _int(0),
     "eval.num_samples": _int(1),
     "eval.batch_size": _int(1),

@@ -12,7 +12,9 @@ for ragged groups):
   piecewise-constant `mix_schedule`) and the rest independently; 'eptree' grows EPTree trees
   (`rl_jax.sampling.eptree`, options `config.rl.eptree`) and keeps G of their leaves per prompt,
   recording the tree for the tree advantages; 'treepo' grows a segment-wise TreePO tree of G
-  leaves per prompt (`rl_jax.sampling.treepo`, options `config.rl.treepo`), tree recorded. 'arrol'
+  leaves per prompt (`rl_jax.sampling.treepo`, options `config.rl.treepo`), tree recorded; 'echo'
+  grows an ECHO entropy-confidence tree of G leaves per prompt (`rl_jax.sampling.echo`, options
+  `config.rl.echo`), tree recorded. 'arrol'
   samples ceil(oversample·G) rows per prompt and keeps G of them at a pruning checkpoint, chosen
   by an online quality head (`rl_jax.sampling.arrol`, `rl_jax.value.quality_head`, options
   `config.rl.arrol`; ALGORITHMS.md §6.6 [R]); the pruned rows are not in the batch. `rollout_tokens` counts the tokens decoded to
@@ -48,7 +50,7 @@ from rl_jax import parallel
 from rl_jax import rewards as rewards_lib
 from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
-from rl_jax.sampling import arrol, engines, eptree, latr, treepo
+from rl_jax.sampling import arrol, echo, engines, eptree, latr, treepo
 from rl_jax.train import allocate, april, planner, rl_inputs, round_rules, rounds
 from rl_jax.train.experiment import Experiment
 from rl_jax.types import Rollout
@@ -56,7 +58,7 @@ from rl_jax.types import Rollout
 # Random-stream tags (phases.PHASE_TAGS): round 0 uses the RL phase's stream, rounds >= 1 their own.
 # Extension rounds (extra rows of prompts already drawn, e.g. V0.5) use EXTEND_TAG.
 RL_TAG, EXTRA_ROUND_TAG, EXTEND_TAG = 2, 5, 6
-ROLLOUTS = ("iid", "latr", "eptree", "treepo", "arrol")
+ROLLOUTS = ("iid", "latr", "eptree", "treepo", "echo", "arrol")
 overlong_shaping = rounds.overlong_shaping
 
 
@@ -83,6 +85,11 @@ def treepo_options(config) -> treepo.TreePOOptions:
   c = config.rl.treepo
   return treepo.TreePOOptions(segment_len=c.segment_len, first_width=c.first_width,
                               branches=c.branches)
+
+
+def echo_options(config) -> echo.EchoOptions:
+  """`config.rl.echo` -> EchoOptions (every field by name)."""
+  return echo.EchoOptions(**config.rl.echo.to_dict())
 
 
 def mix_ratio(schedule, step: int) -> float:
@@ -125,14 +132,13 @@ def check_config(config) -> None:
       raise ValueError(f"config.rl.group_size={rl.group_size} exceeds the {leaves} leaves per "
                        f"prompt of config.rl.eptree (num_chains·(1 + rounds·forks_per_round·"
                        f"branches))")
-  if rl.rollout in ("eptree", "treepo") and rl.dynamic_sampling:
+  if rl.rollout in ("eptree", "treepo", "echo") and rl.dynamic_sampling:
     raise ValueError(f"config.rl.dynamic_sampling is not supported with rollout="
                      f"{rl.rollout!r} (groups carry a tree); use rollout='iid' or 'latr'")
   if rl.rollout == "treepo":
     treepo_options(config)
-  if rl.rollout == "arrol":
-    from rl_jax.value import quality_head  # pylint: disable=import-outside-toplevel
-    quality_head.options(config)
+from rl_jax.sampling import arrol, echo, engines, eptree, latr, treepo
+from rl_jax.train import allocate, april, planner, rl_inputs, round_rules, rounds
   if not 0.0 <= rl.success_threshold < 1.0:
     raise ValueError(f"config.rl.success_threshold must be in [0, 1) (a rollout succeeds when "
                      f"its first reward component exceeds it), got {rl.success_threshold}")
@@ -161,6 +167,16 @@ def _check_v05(config) -> None:
   if not 0 < v.p0_clip[0] < v.p0_clip[1] < 1:
     raise ValueError(f"config.rl.v05.p0_clip={tuple(v.p0_clip)}; expected (lo, hi) with "
                      "0 < lo < hi < 1")
+
+
+def _check_echo(config) -> None:
+  """rollout='echo': valid `config.rl.echo` options, and fewer branching rows than G (0 = no
+  branching)."""
+  opts = echo_options(config)
+  g = config.rl.group_size
+  if opts.branch_roots >= g:
+    raise ValueError(f"config.rl.echo.branch_roots={opts.branch_roots}: expected fewer than "
+                     f"group_size={g} (the other slots hold the branches; 0 = no branching)")
 
 
 def informative_groups(rewards: np.ndarray, valid: np.ndarray, group_size: int,
@@ -213,7 +229,7 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
     return (*_engine_round(exp, params, requests, key, max(rows, requests.total)), idx)
   rows = np.repeat(idx, rl.group_size)
   sample = {"iid": _iid_rows, "latr": _latr_rows, "eptree": _eptree_rows,
-            "treepo": _treepo_rows, "arrol": _arrol_rows}[rl.rollout]
+            "treepo": _treepo_rows, "echo": _echo_rows, "arrol": _arrol_rows}[rl.rollout]
   out, rewards, extra = sample(exp, params, idx, key, rng, step)
   batch = Rollout(prompt_tokens=exp.train_prompts[rows], prompt_mask=exp.train_prompt_mask[rows],
                   tokens=np.asarray(out["tokens"]), mask=np.asarray(out["mask"]),
@@ -362,6 +378,23 @@ def _treepo_rows(exp: Experiment, params, idx, key, rng, step):
                            "tree_filled_rows": int(out.filled.sum()), **counts}
 
 
+def _echo_rows(exp: Experiment, params, idx, key, rng, step):
+  """An ECHO tree of G leaves per prompt (rl_jax.sampling.echo), recorded for the tree
+  advantages."""
+  del rng, step
+  out = parallel.to_host(echo.echo_generate(
+      params, exp.train_prompts[idx], exp.train_prompt_mask[idx], key, cfg=exp.model_cfg,
+      strategy=exp.rollout_strategy, options=echo_options(exp.config),
+      num_slots=exp.config.rl.group_size, max_new_tokens=exp.max_new_tokens,
+      eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id))
+  g = exp.config.rl.group_size
+  rewards, counts = _score(exp, out.tokens, out.mask, np.repeat(idx, g))
+  fields = dict(tokens=np.asarray(out.tokens), mask=np.asarray(out.mask),
+                logp=np.asarray(out.logp), tree=echo.to_tree(out))
+  return fields, rewards, {"rollout_tokens": int(out.decode_tokens),
+                           "tree_forks": int(out.num_children),
+                           "tree_branch_events": int(out.num_branch_events),
+                           "tree_pruned": int(out.num_pruned), **counts}
 
 
 def _arrol_rows(exp: Experiment, params, idx, key, rng, step):
