@@ -137,8 +137,11 @@ def check_config(config) -> None:
                      f"{rl.rollout!r} (groups carry a tree); use rollout='iid' or 'latr'")
   if rl.rollout == "treepo":
     treepo_options(config)
-from rl_jax.sampling import arrol, echo, engines, eptree, latr, treepo
-from rl_jax.train import allocate, april, planner, rl_inputs, round_rules, rounds
+  if rl.rollout == "echo":
+    _check_echo(config)
+  if rl.rollout == "arrol":
+    from rl_jax.value import quality_head  # pylint: disable=import-outside-toplevel
+    quality_head.options(config)
   if not 0.0 <= rl.success_threshold < 1.0:
     raise ValueError(f"config.rl.success_threshold must be in [0, 1) (a rollout succeeds when "
                      f"its first reward component exceeds it), got {rl.success_threshold}")
