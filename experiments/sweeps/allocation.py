@@ -14,7 +14,7 @@ history is almost always empty. The `*_probe2` variants allocate within the step
 `rl.allocation.probe`): 2 rows per prompt first, then the other 64 rows by the allocator from
 those outcomes. The prompt distribution is unchanged, so the uniform baselines of
 `ladder_baselines` (grpo_g8, grpo_g4) are the fair comparison and no extra uniform run is needed.
-The `*_pool*` variants draw from a pool of the first 1,000 train problems (`rl.prompt_pool`) so
+The `*_pool*` variants draw from a fixed random pool of 1,000 train problems (`rl.prompt_pool`) so
 that prompts repeat and selection has history; they are compared with uniform runs on the same
 pool (`uniform_g8_pool1k`, `uniform_g4_pool1k`).
 

@@ -9,7 +9,7 @@ nothing to act on. Two remedies, both options:
   rows; their outcomes join the prompt's history, and the allocator splits the rest of the budget
   with them. Nothing about the prompt distribution changes, so the uniform GRPO baselines stay
   the fair comparison (used for the measurement in experiments/README.md).
-* `rl.prompt_pool = N`: the RL phase draws from the first N train problems only, so prompts
+* `rl.prompt_pool = N`: the RL phase draws from a fixed random N of the train problems, so prompts
   repeat like epochs and history-based allocators (and VADE/InSight selection) see their past.
   It changes the training distribution, so uniform baselines must use the same pool.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from rl_jax.rl import allocation as alloc_lib
+from rl_jax.train import experiment as experiment_lib
 from rl_jax.train import planner, round_rules
 from rl_jax.value.history import RolloutHistory
 
@@ -226,6 +227,24 @@ class StepAllocator:
 def alloc_rng(config, step: int, round_idx: int = 0) -> np.random.Generator:
   """The allocator's generator for (seed, step, round): stateless, so a resume reproduces it."""
   return np.random.default_rng([config.seed, ALLOC_TAG, step, round_idx])
+
+
+POOL_TAG = 41  # The prompt pool's random stream (stateless: depends on the task seed only).
+
+
+def prompt_pool(config, num_train: int) -> np.ndarray | None:
+  """The train indices RL draws from with `rl.prompt_pool = N`: N problems drawn without
+  replacement by a generator seeded with the task seed (so every training seed and every method
+  of a sweep shares one pool), in ascending order; None for 0 (every train problem).
+
+  A random subset, not the first N: task lists may be ordered (the ladder generates its train
+  problems stratum by stratum, so its first 1,000 are all 2-term chains).
+  """
+  n = config.rl.prompt_pool
+  if not n:
+    return None
+  rng = np.random.default_rng([experiment_lib.task_seed(config), POOL_TAG])
+  return np.sort(rng.choice(num_train, n, replace=False))
 
 
 def candidate_count(config) -> int:

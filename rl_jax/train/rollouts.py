@@ -217,11 +217,13 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
   if carry is not None and round_idx == 0:
     return april.april_round(exp, params, step, carry, key, rng,
                              score=lambda tokens, mask, ids: _score(exp, tokens, mask, ids))
-  # rl.prompt_pool: draw from the first N train problems only (0 = all); data-selection
-  # allocators draw more candidates than prompts_per_step and keep B.
-  pool = rl.prompt_pool or len(exp.train_prompts)
-  idx = (rng.choice(pool, allocate.candidate_count(exp.config), replace=False)
-         if stream is None else stream.next_indices())
+  # rl.prompt_pool: draw from a fixed random N of the train problems (allocate.prompt_pool; 0 =
+  # all); data-selection allocators draw more candidates than prompts_per_step and keep B.
+  pool = allocate.prompt_pool(exp.config, len(exp.train_prompts))
+  count = allocate.candidate_count(exp.config)
+  idx = (stream.next_indices() if stream is not None
+         else rng.choice(len(exp.train_prompts), count, replace=False) if pool is None
+         else pool[rng.choice(len(pool), count, replace=False)])
   if planner.is_ragged(exp.config):
     stats = prompt_stats(exp, params, idx, step, history)
     counts = planner.allocate(exp.config, stats, round_idx)

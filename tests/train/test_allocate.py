@@ -236,3 +236,18 @@ def test_v0_allocator_reads_the_prior_predictions(smoke_config, tmp_path):
   batch, _, metrics = rollouts.rollout(exp, phases.init_params(exp), 1, history=history)
   counts = np.bincount(np.asarray(batch.group)[np.asarray(batch.valid)], minlength=4)
   assert counts.tolist() == [4, 4, 4, 4] and metrics["alloc/n_max"] == 4
+
+
+def test_prompt_pool_is_a_fixed_random_subset(smoke_config_factory):
+  """The pool is N distinct train indices from the task seed: the same for every training seed,
+  spread over the list (not its first N, which the ladder fills with 2-term chains)."""
+  c = smoke_config_factory()
+  assert allocate.prompt_pool(c, 5000) is None  # 0: every train problem.
+  c.rl.prompt_pool, c.task.seed = 1000, 0
+  pool = allocate.prompt_pool(c, 30000)
+  assert len(set(pool.tolist())) == 1000 and pool.min() >= 0 and pool.max() < 30000
+  assert (np.diff(pool) > 0).all() and pool.max() > 25000 and pool.min() < 5000
+  c.seed = 2
+  np.testing.assert_array_equal(allocate.prompt_pool(c, 30000), pool)
+  c.task.seed = 1
+  assert not np.array_equal(allocate.prompt_pool(c, 30000), pool)
