@@ -44,6 +44,9 @@ def test_magic_lines_outside_colab_only_cells_are_an_error(tmp_path):
     code_cells(str(path))
 
 
+# XLA optimizations off (`fast_compiles`): the notebooks' runs use tiny models, whose time is mostly
+# compiling; what is checked (structure, bounds, equalities within a run) does not depend on it.
+@pytest.mark.usefixtures("fast_compiles")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 def test_notebook_runs(path, tmp_path, monkeypatch):
   matplotlib.use("Agg")

@@ -32,6 +32,9 @@ CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role']
           "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 _TIMING = ("time", "step_seconds")
+# XLA optimizations off (`fast_compiles`) for the tiny model's runs: they are compared with each
+# other and with bounds, and compiling the pipeline's programs dominates their time.
+_FAST_COMPILES = pytest.mark.usefixtures("fast_compiles")
 
 
 def _write_checkpoint(path, chat_template=CHATML):
@@ -97,7 +100,8 @@ def _final_rl_params(exp, workdir):
 
 
 @pytest.fixture(scope="module")
-def reference_run(checkpoint, tmp_path_factory):
+def reference_run(checkpoint, tmp_path_factory, fast_compiles):
+  del fast_compiles  # Requested here too: the reference run compiles as the resumed run does.
   path, _ = checkpoint
   workdir = str(tmp_path_factory.mktemp("smollm2_run"))
   summary = loop.run(_config(path), workdir)
@@ -117,6 +121,7 @@ def test_config_fields():
     smollm2.get_config("nope")
 
 
+@_FAST_COMPILES
 def test_rl_starts_from_the_loaded_checkpoint(checkpoint, reference_run, tmp_path):
   path, loaded = checkpoint
   workdir, summary = reference_run
@@ -148,6 +153,7 @@ def test_rl_starts_from_the_loaded_checkpoint(checkpoint, reference_run, tmp_pat
   assert max(far) > 0.05  # Not the random initialization the default path would use.
 
 
+@_FAST_COMPILES
 def test_interrupted_and_resumed_matches(checkpoint, reference_run, tmp_path):
   path, _ = checkpoint
   reference, summary = reference_run

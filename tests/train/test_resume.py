@@ -86,9 +86,15 @@ def _assert_same_run(reference, resumed):
           == {k: v for k, v in want.items() if k not in _SUMMARY_TIMING})
 
 
+# XLA optimizations off (`fast_compiles`): every run here is compared with another run of the same
+# programs, and compiling the smoke pipeline's programs dominates its time.
+pytestmark = pytest.mark.usefixtures("fast_compiles")
+
+
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory, smoke_config_factory):
+def reference_run(tmp_path_factory, smoke_config_factory, fast_compiles):
   """(workdir, config factory) of the uninterrupted run, shared by the tests of this module."""
+  del fast_compiles  # Requested first: the reference run compiles as the resumed runs do.
   workdir = str(tmp_path_factory.mktemp("uninterrupted"))
   loop.run(_config(smoke_config_factory), workdir)
   return workdir, smoke_config_factory

@@ -35,6 +35,9 @@ ATOL = 1e-5
 # turns float reduction-order noise into a different update. A larger eps keeps the comparison of
 # parameters well conditioned; the Adam moments (compared too) check the gradients themselves.
 OPTIM = common.optim(1e-2, eps=1e-3)
+# XLA optimizations off: these tests compare programs on tiny shapes (one device vs a mesh), or run
+# the tiny smoke phase on a mesh; compiling dominates. The SPMD partitioner runs all the same.
+pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 
 def _meshes():

@@ -28,12 +28,14 @@ R = B * G
 
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")  # These tests compare programs.
+# Jitted once for the module (eagerly, every primitive would compile on its own).
+_logprobs = jax.jit(functools.partial(logprobs.completion_logprobs, CFG))
 
 
 @functools.cache
 def _batch():
   rng = np.random.default_rng(1)
-  params = jax.device_get(models.init_params(CFG, jax.random.key(2)))
+  params = jax.device_get(jax.jit(models.init_params, static_argnums=0)(CFG, jax.random.key(2)))
   lengths = rng.integers(1, P + 1, B)
   pmask = np.arange(P)[None, :] >= (P - lengths)[:, None]  # Left-padded, one prompt per group.
   prompt = np.where(pmask, rng.integers(3, CFG.vocab_size, (B, P)), 0).astype(np.int32)
@@ -54,8 +56,10 @@ def test_shared_prompt_logprobs_and_gradients_match(temperature):
                                            group_size=group)
     return jnp.sum(lp * weights), (lp, ent)
 
-  (v1, (lp1, ent1)), g1 = jax.value_and_grad(objective, has_aux=True)(params, 1)
-  (vg, (lpg, entg)), gg = jax.value_and_grad(objective, has_aux=True)(params, G)
+  # Jitted as the trainer runs it (eagerly, every primitive would compile on its own).
+  value_and_grad = jax.jit(jax.value_and_grad(objective, has_aux=True), static_argnums=1)
+  (v1, (lp1, ent1)), g1 = value_and_grad(params, 1)
+  (vg, (lpg, entg)), gg = value_and_grad(params, G)
   np.testing.assert_allclose(lpg, lp1, atol=1e-5)
   np.testing.assert_allclose(entg, ent1, atol=1e-5)
   assert float(jnp.abs(lp1).sum()) > 0
@@ -84,7 +88,7 @@ def test_split_rows_keeps_groups_whole():
 @pytest.mark.parametrize("num_minibatches", [1, 3])
 def test_rl_step_with_shared_prompts_matches(num_minibatches):
   params, prompt, pmask, comp, cmask = _batch()
-  logp = logprobs.completion_logprobs(CFG, params, prompt, pmask, comp, cmask)
+  logp = _logprobs(params, prompt, pmask, comp, cmask)
   ref = jax.tree_util.tree_map(lambda x: x * 1.01, params)
   rollout = Rollout(prompt_tokens=prompt, prompt_mask=pmask, tokens=comp, mask=cmask,
                     logp=np.asarray(logp), group=np.repeat(np.arange(B), G).astype(np.int32),

@@ -15,6 +15,9 @@ from rl_jax.value import steps as steps_lib
 CFG = models.ModelConfig(vocab_size=16, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1,
                          d_ff=32, max_seq_len=32)
 NL, EOS = 5, 2
+# Jitted (eagerly, every primitive of the model would compile on its own).
+_init_params = jax.jit(models.init_params, static_argnums=0)
+_token_values = jax.jit(heads.token_values, static_argnums=0)
 
 
 def _batch(r=4, p=3, t=6, seed=0):
@@ -30,7 +33,7 @@ def _batch(r=4, p=3, t=6, seed=0):
 
 
 def test_head_starts_at_the_base_rate_and_reads_causal_prefixes():
-  policy = models.init_params(CFG, jax.random.key(0))
+  policy = _init_params(CFG, jax.random.key(0))
   params = prm_lib.init_from_policy(CFG, policy, base_rate=0.25)
   prompt, pmask, tokens, mask = _batch()
   v = np.asarray(prm_lib.predict(params, prompt, pmask, tokens, mask, cfg=CFG))
@@ -39,8 +42,8 @@ def test_head_starts_at_the_base_rate_and_reads_causal_prefixes():
   # with a non-zero head, index 0 (after the prompt) does not see the completion
   params["head"]["kernel"] = jnp.ones((CFG.d_model,))
   other = np.where(mask, (tokens + 1) % 16, tokens)
-  a = heads.token_values(CFG, params, prompt, pmask, tokens, mask)
-  b = heads.token_values(CFG, params, prompt, pmask, other, mask)
+  a = _token_values(CFG, params, prompt, pmask, tokens, mask)
+  b = _token_values(CFG, params, prompt, pmask, other, mask)
   np.testing.assert_allclose(np.asarray(a)[:, 0], np.asarray(b)[:, 0], atol=1e-5)
   assert not np.allclose(np.asarray(a)[:, 1:6], np.asarray(b)[:, 1:6])
   assert np.all(np.asarray(a)[:, 6] == 0)  # past the mask
@@ -59,7 +62,7 @@ def test_fit_lowers_the_loss_and_save_load_round_trips(tmp_path):
   s = steps_lib.segment(tokens, mask, (NL,), max_steps=3, ignore_ids=(EOS,), eos_id=EOS)
   labels, w = steps_lib.step_labels_to_tokens(np.tile([[0.9, 0.1, 0.0]], (8, 1)), s, 6)
   batch = prm_lib.PRMBatch(prompt, pmask, tokens, mask, labels, w)
-  params = prm_lib.init_from_policy(CFG, models.init_params(CFG, jax.random.key(1)))
+  params = prm_lib.init_from_policy(CFG, _init_params(CFG, jax.random.key(1)))
   from rl_jax.train.state import TrainState, make_optimizer
   state = TrainState.create(params, make_optimizer(common.optim(1e-2), 30))
   step = jax.jit(lambda st, b: prm_lib.train_step(st, b, cfg=CFG))
@@ -90,7 +93,7 @@ def test_mc_prefix_labels_with_a_counting_scorer():
     calls.append((np.asarray(rows), np.asarray(joined)))
     return [float(j[3] % 2 == 0) for j in joined]  # the first continuation token's parity
 
-  params = models.init_params(CFG, jax.random.key(2))
+  params = _init_params(CFG, jax.random.key(2))
   labels, w = pav.mc_prefix_labels(
       params, cfg=CFG, strategy=sampling.Sampling(temperature=1.0), prompt=prompt,
       prompt_mask=pmask, tokens=tokens, mask=mask, steps=s, outcomes=np.array([1.0, 0.0]),

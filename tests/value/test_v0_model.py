@@ -12,6 +12,14 @@ from rl_jax.value.v0_model import V0Encoder
 pytestmark = pytest.mark.usefixtures("fast_compiles")
 D, L = 16, 5
 CFG = v0_lib.V0Config(num_queries=4, query_dim=6, num_heads=3, mlp_hidden=8, head_dim=8)
+# Jitted: eagerly, every primitive of the init and of the encoder would compile on its own.
+init_params = jax.jit(v0_lib.init_params, static_argnames=("cfg", "d_model"))
+
+
+def _encoder(**kw):
+  """(init, apply) of a V0Encoder, jitted."""
+  enc = V0Encoder(num_queries=4, query_dim=6, num_heads=3, mlp_hidden=8, **kw)
+  return jax.jit(enc.init), jax.jit(enc.apply, static_argnames="method")
 
 
 def _hidden(n, seed=0):
@@ -24,36 +32,36 @@ def _hidden(n, seed=0):
 
 def test_zero_initialised_delta_gives_the_static_queries_exactly():
   h, mask = _hidden(6)
-  enc = V0Encoder(num_queries=4, query_dim=6, num_heads=3, mlp_hidden=8)
-  params = enc.init(jax.random.key(1), h, mask)["params"]
-  q = enc.apply({"params": params}, h, mask, method=V0Encoder.queries)
+  init, apply = _encoder()
+  params = init(jax.random.key(1), h, mask)["params"]
+  q = apply({"params": params}, h, mask, method=V0Encoder.queries)
   np.testing.assert_array_equal(q, np.broadcast_to(params["q_static"], q.shape))
   # ... and the features equal those of an encoder without the adapter (same other weights).
-  static = V0Encoder(num_queries=4, query_dim=6, num_heads=3, mlp_hidden=8, adapter=False)
+  _, static_apply = _encoder(adapter=False)
   no_mlp = {k: v for k, v in params.items() if not k.startswith("mlp_")}
-  np.testing.assert_array_equal(enc.apply({"params": params}, h, mask),
-                                static.apply({"params": no_mlp}, h, mask))
+  np.testing.assert_array_equal(apply({"params": params}, h, mask),
+                                static_apply({"params": no_mlp}, h, mask))
   # A non-zero last layer moves the queries (the test above could not pass by accident).
   moved = jax.tree_util.tree_map(lambda x: x + 0.1, params)
-  q2 = enc.apply({"params": moved}, h, mask, method=V0Encoder.queries)
+  q2 = apply({"params": moved}, h, mask, method=V0Encoder.queries)
   assert not np.allclose(q2, np.broadcast_to(moved["q_static"], q2.shape))
 
 
 def test_padding_keys_are_masked():
   h, mask = _hidden(4)
-  enc = V0Encoder(num_queries=4, query_dim=6, num_heads=3, mlp_hidden=8)
-  params = enc.init(jax.random.key(1), h, mask)["params"]
+  init, apply = _encoder()
+  params = init(jax.random.key(1), h, mask)["params"]
   h2 = h.copy()
   h2[~mask] = 100.0  # change only the padded positions
-  np.testing.assert_allclose(enc.apply({"params": params}, h, mask),
-                             enc.apply({"params": params}, h2, mask), atol=1e-6)
+  np.testing.assert_allclose(apply({"params": params}, h, mask),
+                             apply({"params": params}, h2, mask), atol=1e-6)
 
 
 @pytest.mark.parametrize("head", ["kernel", "transformer", "ridge"])
 def test_query_identical_to_a_positive_of_255_positives_and_1_negative(head):
   cfg = v0_lib.V0Config(**{**CFG.__dict__, "head": head})
   h, mask = _hidden(256)
-  params = v0_lib.init_params(cfg, jax.random.key(0), d_model=D)
+  params = init_params(cfg, jax.random.key(0), d_model=D)
   y = np.ones(256, np.float32)
   y[7] = 0.0
   p = v0_lib.predict(cfg, params, h, mask, np.arange(256), y, np.array([3, 100]))
@@ -63,7 +71,7 @@ def test_query_identical_to_a_positive_of_255_positives_and_1_negative(head):
 def test_kernel_head_follows_its_support():
   """A query identical to a support item is pulled towards that item's rate."""
   h, mask = _hidden(8)
-  params = v0_lib.init_params(CFG, jax.random.key(0), d_model=D)
+  params = init_params(CFG, jax.random.key(0), d_model=D)
   y = np.array([0, 1, 0, 1, 0, 1, 0, 1], np.float32)
   p = v0_lib.predict(CFG, params, h, mask, np.arange(8), y, np.arange(8))
   assert p[y == 1].min() > p[y == 0].max()
@@ -93,7 +101,7 @@ def test_no_pairs_without_both_classes():
 
 def test_empty_support_set_and_mismatched_shapes_raise_named_errors():
   h, mask = _hidden(4)
-  params = v0_lib.init_params(CFG, jax.random.key(0), d_model=D)
+  params = init_params(CFG, jax.random.key(0), d_model=D)
   with pytest.raises(v0_lib.SupportSetError, match="empty support set"):
     v0_lib.predict(CFG, params, h, mask, np.zeros(0, int), np.zeros(0), np.array([1]))
   with pytest.raises(v0_lib.SupportSetError, match="empty support set"):
