@@ -6,10 +6,10 @@
         --workdirs='runs/sweeps/ladder_baselines/grpo_g[48]_seed*' --baseline=grpo_g8 \
         --out=runs/sweeps/allocation.md --png=runs/sweeps/allocation.png
 
-Every run starts from its seed's shared SFT checkpoint and runs the ladder's 75 RL steps of 32
+Every run starts from the shared SFT checkpoint and runs the ladder's 75 RL steps of 32
 prompts. Budget: 128 rows per step (32 x 4 on average, half of GRPO G=8's 256 rows).
 
-The pitfall: the ladder draws 32 fresh prompts per step from 30,000 train problems, so a prompt's
+Budget and baselines. The pitfall: the ladder draws 32 fresh prompts per step from 30,000 train problems, so a prompt's
 history is almost always empty. The `*_probe2` variants allocate within the step (two-stage,
 `rl.allocation.probe`): 2 rows per prompt first, then the other 64 rows by the allocator from
 those outcomes. The prompt distribution is unchanged, so the uniform baselines of
@@ -18,9 +18,9 @@ The `*_pool*` variants draw from a fixed random pool of 1,000 train problems (`r
 that prompts repeat and selection has history; they are compared with uniform runs on the same
 pool (`uniform_g8_pool1k`, `uniform_g4_pool1k`).
 
-Run on 2026-11-25 (experiments/README.md, "Allocation on the proving ground"): knapsack_probe2
-and xrpo_probe2 on seeds 0 and 1, each from ladder_baselines' shared SFT checkpoint
-(`--config.init_from=runs/sweeps/ladder_baselines/_sft/seed$S`); the pool variants were not run.
+Run on 2026-11-25 (experiments/README.md, "Allocation on the proving ground, 3 seeds"): every
+variant but uniform_g8_pool1k on seeds 0-2, all from the ladder's one SFT policy (`sft.seed = 0`; the launcher shares
+it), with `--config.eval.num_samples=1`.
 
 Variants:
   knapsack_probe2   Knapsack RL (public-code objective) on the probe's outcomes; prompts whose 2
