@@ -196,16 +196,25 @@ def make_tokenizer(config: ml_collections.ConfigDict, workdir: str,
                              **config.tokenizer.options.to_dict())
 
 
+def _own_seed(config: ml_collections.ConfigDict, section: str) -> int:
+  """`config.<section>.seed`, or `config.seed` where it is -1 (the default).
+
+  Raises:
+    ValueError: the section's seed is below -1.
+  """
+  seed = config[section].get("seed", -1)
+  if seed < -1:
+    raise ValueError(f"config.{section}.seed={seed}: expected -1 (use config.seed) or a seed >= 0")
+  return config.seed if seed == -1 else seed
+
+
 def task_seed(config: ml_collections.ConfigDict) -> int:
   """The seed of the task's problems: `task.seed`, or `config.seed` where it is -1 (the default).
 
   Raises:
     ValueError: `task.seed` is below -1.
   """
-  seed = config.task.get("seed", -1)
-  if seed < -1:
-    raise ValueError(f"config.task.seed={seed}: expected -1 (use config.seed) or a seed >= 0")
-  return config.seed if seed == -1 else seed
+  return _own_seed(config, "task")
 
 
 def sft_seed(config: ml_collections.ConfigDict) -> int:
@@ -218,10 +227,7 @@ def sft_seed(config: ml_collections.ConfigDict) -> int:
   Raises:
     ValueError: `sft.seed` is below -1.
   """
-  seed = config.sft.get("seed", -1)
-  if seed < -1:
-    raise ValueError(f"config.sft.seed={seed}: expected -1 (use config.seed) or a seed >= 0")
-  return config.seed if seed == -1 else seed
+  return _own_seed(config, "sft")
 
 
 def phase_seed(config: ml_collections.ConfigDict, phase: str) -> int:
