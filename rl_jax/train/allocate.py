@@ -247,6 +247,15 @@ def prompt_pool(config, num_train: int) -> np.ndarray | None:
   return np.sort(rng.choice(num_train, n, replace=False))
 
 
+def draw_prompts(config, num_train: int, count: int, rng: np.random.Generator) -> np.ndarray:
+  """`count` distinct train indices drawn with `rng`: from every train problem, or from the
+  `rl.prompt_pool` (`prompt_pool`). The RL round and APRIL's fresh groups both draw here."""
+  pool = prompt_pool(config, num_train)
+  if pool is None:
+    return rng.choice(num_train, count, replace=False)
+  return pool[rng.choice(len(pool), count, replace=False)]
+
+
 def candidate_count(config) -> int:
   """Prompts round 0 draws: prompts_per_step, or more for data-selection allocators."""
   if config.rl.allocator == "uniform":

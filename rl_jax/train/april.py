@@ -173,9 +173,7 @@ def april_round(exp, params, step: int, carry: Carry, key, rng, score: Callable)
     raise ValueError(f"APRIL carry holds {c} groups of length {carry.tokens.shape[1]}; this "
                      f"config launches {o} groups of {t} tokens (config.rl.partial.groups, "
                      "sampling.max_new_tokens changed on resume?)")
-  pool = allocate.prompt_pool(exp.config, len(exp.train_prompts))  # None: every train problem.
-  fresh = (rng.choice(len(exp.train_prompts), o - c, replace=False) if pool is None
-           else pool[rng.choice(len(pool), o - c, replace=False)])
+  fresh = allocate.draw_prompts(exp.config, len(exp.train_prompts), o - c, rng)
   ids = launch_ids(carry.prompt_ids, fresh)
   rows = np.repeat(ids, g)
   pad = (o - c) * g

@@ -219,11 +219,8 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
                              score=lambda tokens, mask, ids: _score(exp, tokens, mask, ids))
   # rl.prompt_pool: draw from a fixed random N of the train problems (allocate.prompt_pool; 0 =
   # all); data-selection allocators draw more candidates than prompts_per_step and keep B.
-  pool = allocate.prompt_pool(exp.config, len(exp.train_prompts))
-  count = allocate.candidate_count(exp.config)
-  idx = (stream.next_indices() if stream is not None
-         else rng.choice(len(exp.train_prompts), count, replace=False) if pool is None
-         else pool[rng.choice(len(pool), count, replace=False)])
+  idx = (stream.next_indices() if stream is not None else allocate.draw_prompts(
+      exp.config, len(exp.train_prompts), allocate.candidate_count(exp.config), rng))
   if planner.is_ragged(exp.config):
     stats = prompt_stats(exp, params, idx, step, history)
     counts = planner.allocate(exp.config, stats, round_idx)
