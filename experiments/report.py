@@ -352,13 +352,11 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   runs = find_runs(_WORKDIRS.value)
   text = markdown(runs, _BASELINE.value, _TARGET.value)
+  dirs = sorted({d for p in _WORKDIRS.value for d in glob.glob(p)
+                 if os.path.exists(os.path.join(d, "summary.json"))})
   if _LADDER.value:
-    dirs = sorted({d for p in _WORKDIRS.value for d in glob.glob(p)
-                   if os.path.exists(os.path.join(d, "summary.json"))})
     text += "\n" + ladder_tables(dirs)
   if _CALIBRATION.value:
-    dirs = sorted({d for p in _WORKDIRS.value for d in glob.glob(p)
-                   if os.path.exists(os.path.join(d, "summary.json"))})
     text += "\n" + (calibration_table(dirs) or "No V0 calibration metrics in these runs.\n")
   os.makedirs(os.path.dirname(os.path.abspath(_OUT.value)), exist_ok=True)
   with open(_OUT.value, "w") as f:
