@@ -10,9 +10,14 @@ run as:
   impl='pallas'     the Pallas kernel of the backend: Triton on GPU, Mosaic on TPU;
   impl='interpret'  that Pallas kernel in interpret mode (tests; slow). On CPU it runs the GPU
                     kernel unless `platform='tpu'`;
-  impl='auto'       'pallas' on GPU and TPU, 'xla' elsewhere, chosen when the program is lowered
-                    (`lax.platform_dependent`), so a TPU program compiled ahead of time on a
-                    CPU host (`experiments.aot`) gets the Mosaic kernel.
+  impl='auto'       'pallas' on TPU, 'xla' elsewhere (GPU included, with the GPU's own tiles),
+                    chosen when the program is lowered (`lax.platform_dependent`), so a TPU
+                    program compiled ahead of time on a CPU host (`experiments.aot`) gets the
+                    Mosaic kernel. On an H100 (2026-11-25, N=4096, D=576, V=151936, fwd+bwd) the
+                    Triton kernel ran 3.3-10x slower than materialized logits over every block
+                    size tried, while the tiled XLA loops with the 'gpu_xla' tiles ran at 1.28x
+                    (float32) and 0.82x (bfloat16) with 8% and 6% of the temporary memory
+                    (benchmarks/README.md), so GPUs get the XLA loops unless impl='pallas'.
 
 Block sizes: `block_sizes=None` takes the tuned entry of `block_sizes.TUNED` for the platform and
 dtype; see `block_sizes.py` for how to pick them on a GPU or TPU. block_n is clipped to the
@@ -104,9 +109,9 @@ def _resolve(impl: str, platform: Optional[str]) -> tuple[str, str, bool]:
   backend = jax.default_backend()
   accel = "tpu" if backend == "tpu" else "gpu" if backend in ("gpu", "cuda", "rocm") else None
   if impl == "auto":
-    impl = "pallas" if accel else "xla"
+    impl = "pallas" if accel == "tpu" else "xla"
   if impl == "xla":
-    return "xla", "cpu" if accel is None else accel, False
+    return "xla", {None: "cpu", "gpu": "gpu_xla"}.get(accel, accel), False
   if impl == "pallas" and accel is None:
     raise ValueError(f"impl='pallas' needs a GPU or TPU backend, got {backend!r}; "
                      "use impl='xla' or impl='interpret'")
@@ -150,13 +155,15 @@ def token_logprobs(hidden: jax.Array, unembedding: jax.Array, targets: jax.Array
     return _run(hidden, unembedding, targets, family=family, table=table, interpret=interpret,
                 **kw)
   _resolve(impl, platform)
-  # Chosen when lowering: a TPU (CUDA) executable gets the Mosaic (Triton) kernel even when it is
-  # traced on a CPU host (experiments.aot); other platforms the tiled XLA loops.
-  kernel = lambda family: functools.partial(  # noqa: E731
-      _sharded, functools.partial(_run, family=family, table=family, interpret=False, **kw),
+  # Chosen when lowering: a TPU executable gets the Mosaic kernel even when it is traced on a CPU
+  # host (experiments.aot); CUDA the tiled XLA loops with the GPU's tiles (faster there than the
+  # Triton kernel, see the module docstring); other platforms the XLA loops with the CPU's tiles.
+  tpu = functools.partial(
+      _sharded, functools.partial(_run, family="tpu", table="tpu", interpret=False, **kw),
       with_entropy=with_entropy)
   return jax.lax.platform_dependent(
-      hidden, unembedding, targets, tpu=kernel("tpu"), cuda=kernel("gpu"),
+      hidden, unembedding, targets, tpu=tpu,
+      cuda=functools.partial(_run, family="xla", table="gpu_xla", interpret=False, **kw),
       default=functools.partial(_run, family="xla", table="cpu", interpret=False, **kw))
 
 

@@ -2,8 +2,8 @@
 
 The sequence is `prompt (left-padded) ++ completion (right-padded)`; position P-1+t predicts
 completion token t. The final hidden states of those T positions go through the fused
-unembedding + log-softmax of `kernels.logprob` (impl='auto': tiled XLA loops on CPU, Pallas on
-GPU/TPU), so neither the forward nor the backward ever holds [B, T, V] logits: the largest
+unembedding + log-softmax of `kernels.logprob` (impl='auto': tiled XLA loops on CPU and GPU,
+Pallas on TPU), so neither the forward nor the backward ever holds [B, T, V] logits: the largest
 temporary is one [block_n, block_v] float32 tile. Block sizes come from
 `kernels.logprob.block_sizes.TUNED`; see that module for picking them on a GPU or TPU.
 """

@@ -114,3 +114,19 @@ def test_auto_logprob_lowers_to_mosaic_for_tpu(tpu_device):
   assert grad.trace(*args).lower().as_text().count("tpu_custom_call") >= 3  # fwd, dh, dw
   cpu = [jnp.zeros(a.shape, a.dtype) for a in args]
   assert "custom_call" not in grad.lower(*cpu).as_text()
+
+
+def test_auto_logprob_lowers_to_xla_loops_for_cuda():
+  # On a GPU impl='auto' takes the tiled XLA loops (an H100 ran them 5x faster than the Triton
+  # kernel, kernels/logprob/block_sizes.py): a CUDA export has no Triton call, while
+  # impl='pallas' (the kernel called directly above) still lowers to one.
+  from kernels import logprob  # pylint: disable=g-import-not-at-top
+
+  def loss(h, w, t):
+    return jnp.sum(logprob.token_logprobs(h, w, t, vocab_major=True))
+
+  args = _logprob_args(256, jnp.float32, True)[:3]
+  exported = export.export(jax.jit(jax.grad(loss, argnums=(0, 1))), platforms=["cuda"])(*args)
+  assert exported.platforms == ("cuda",)
+  assert TRITON_CALL not in exported.mlir_module()
+  assert "while" in exported.mlir_module()  # the tile loops
