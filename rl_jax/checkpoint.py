@@ -149,9 +149,7 @@ class Checkpointer:
     rewritten (returns False), so re-saving right after a resume is harmless.
     Blocks until the checkpoint is complete and renamed into place.
     """
-    if not (force or step % self.save_every == 0):
-      return False
-    if step in self._manager.all_steps():
+    if not self.will_save(step, force):
       return False
     meta = {} if meta is None else meta
     try:
@@ -170,6 +168,11 @@ class Checkpointer:
         self._write_digest(step)
       parallel.sync(f"checkpoint.digest.{step}")
     return bool(saved)
+
+  def will_save(self, step: int, force: bool = False) -> bool:
+    """Whether `maybe_save(step, ..., force)` would write a checkpoint (a state saved beside this
+    one, e.g. the online PRM's, is written first when it would)."""
+    return (force or step % self.save_every == 0) and step not in self._manager.all_steps()
 
   def step_dir(self, step: int) -> str:
     """The directory of the checkpoint at `step`."""

@@ -114,9 +114,13 @@ def prime(rewards: Array, valid: Array, *, outcome_adv: Array, step_rewards: Arr
 
 def prime_prm_loss(log_ratio_sum: Array, outcome: Array, valid: Array,
                    beta: float = 0.05) -> Array:
-  """PRIME's PRM loss [V]: mean over valid rows of `BCE(σ(β·Σ_t (log π_φ − log π_ref)), r)`."""
+  """PRIME's PRM loss [V]: mean over valid rows of `BCE(σ(β·Σ_t (log π_φ − log π_ref)), r)`.
+
+  As softplus(z) − z·r: the form max(z, 0) − z·r + log1p(e^{−|z|}) has the same value but the
+  gradient −r instead of σ(0) − r at exactly z = 0, which is where every row starts (π_φ = π_ref
+  at the first update): under jit an all-failure batch then gave the PRM a zero gradient."""
   z = beta * log_ratio_sum
-  bce = jnp.maximum(z, 0) - z * outcome + jnp.log1p(jnp.exp(-jnp.abs(z)))
+  bce = jax.nn.softplus(z) - z * outcome
   v = valid.astype(jnp.float32)
   return jnp.sum(bce * v) / jnp.maximum(jnp.sum(v), 1.0)
 
@@ -174,6 +178,8 @@ def oprl_prm_loss(step_log_ratio_sums: Array, step_mask: Array, outcome: Array, 
   v = jnp.asarray(valid, bool)
   pair = (outcome[:, :, None] > outcome[:, None, :]) & v[:, :, None] & v[:, None, :]
   d = q[:, :, None] - q[:, None, :]
-  nll = jnp.log1p(jnp.exp(-jnp.abs(d))) + jnp.maximum(-d, 0)  # −log σ(d)
+  # −log σ(d) as softplus(−d): the max/|.| form's gradient is 0 instead of −1/2 at d = 0, where
+  # every pair starts (π_φ = π_old before the first update).
+  nll = jax.nn.softplus(-d)
   pf = pair.astype(jnp.float32)
   return jnp.sum(nll * pf) / jnp.maximum(jnp.sum(pf), 1.0)

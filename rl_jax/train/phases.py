@@ -13,7 +13,7 @@ import functools
 import logging
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import numpy as np
@@ -118,10 +118,13 @@ def _maybe_interrupt(exp: Experiment, phase: str, step: int):
 
 def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step_fn: Callable,
                writer: MetricsWriter, ckpt: Checkpointer, *, eval_fn=None, eval_every=0,
-               extra_meta: Callable[[], dict] = dict):
+               extra_meta: Callable[[], dict] = dict,
+               before_save: Optional[Callable[[int], None]] = None):
   """The shared loop: step_fn(state, step) -> (state, metrics dict of device scalars).
 
   `extra_meta()` is saved into every checkpoint's meta (JSON; e.g. the RL rollout history).
+  `before_save(step)` runs just before each checkpoint is written (e.g. it saves the online PRM
+  at the same step), so a checkpoint on disk always has its companion.
 
   A step with `nonfinite` > 0 (not applied, `steps.finite_or_skip`) is logged;
   `config.max_nonfinite_in_a_row` of them in a row raise `NonFiniteError` before that step is
@@ -161,10 +164,13 @@ def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step
           f"applied. The last checkpoint (step {ckpt.latest_step()} in {ckpt.directory}) holds "
           "the last good state.")
     stop = signals.requested()
+    force = (step + 1 == num_steps or stop is not None
+             or exp.config.interrupt_at == f"{phase}:{step + 1}")
+    if before_save is not None and ckpt.will_save(step + 1, force):
+      before_save(step + 1)
     ckpt.maybe_save(step + 1, state, {"phase": phase, "train_seconds": seconds,
                                       "nonfinite_in_a_row": in_a_row, **extra_meta()},
-                    force=(step + 1 == num_steps or stop is not None
-                           or exp.config.interrupt_at == f"{phase}:{step + 1}"))
+                    force=force)
     _maybe_interrupt(exp, phase, step + 1)
     if stop is not None:
       signals.check(f"{phase} step {step + 1} (checkpoint written)")
@@ -359,6 +365,11 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   if "process_reward" in cfg and cfg.process_reward != "none":  # step rewards in the batch
     from rl_jax.value import process  # pylint: disable=import-outside-toplevel
     scorer = process.ProcessScorer(exp, sft_params)
+    if scorer.online:  # the online PRM (prime, oprl) is checkpointed beside the policy
+      c = exp.config.checkpoint
+      scorer.attach_checkpointer(Checkpointer(checkpoint_dir(exp.workdir, "rl_prm"),
+                                              save_every=c.every, max_to_keep=c.max_to_keep),
+                                 start)
     example = example.replace(step_of=np.zeros((r, t), np.int32),
                               step_rewards=np.zeros((r, t), np.float32))
   batch_sh = _batch_shardings(exp, example)
@@ -393,8 +404,12 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
                                                   **(v0.meta() if v0 is not None else {}),
                                                   **({} if carry is None
                                                      else {"april": carry.state()}),
-                                                  **(arrol_run.meta() if arrol_run else {})})
+                                                  **(arrol_run.meta() if arrol_run else {})},
+                              before_save=(scorer.save if scorer is not None and scorer.online
+                                           else None))
   ckpt.close()
+  if scorer is not None:
+    scorer.close()
   if parallel.is_primary():
     history.to_jsonl(os.path.join(exp.workdir, HISTORY_FILE))
   return PhaseResult(state.params, seconds, cfg.steps)

@@ -15,13 +15,16 @@
   batch (π_old); token rewards `β (log π_φ − log π_old)` summed per step; then one step of the
   pairwise loss over (success, failure) pairs of each group.
 
-Known gap: the online PRM of 'prime' / 'oprl' lives in memory; a resumed run starts it again
-from the SFT policy (its state is not in the RL checkpoint yet).
+The online PRM of 'prime' / 'oprl' (parameters and AdamW state) is checkpointed beside the
+policy, in WORKDIR/checkpoints/rl_prm at the steps of the RL checkpoints and written just before
+each of them, so a resumed run restores the PRM of the step it resumes from and continues as the
+uninterrupted run does (tests/value/test_process_resume.py).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from typing import Any
 
@@ -37,6 +40,8 @@ from rl_jax.train.state import TrainState
 from rl_jax.value import pav as pav_lib
 from rl_jax.value import prm as prm_lib
 from rl_jax.value import steps as steps_lib
+
+_log = logging.getLogger(__name__)
 
 PROCESS_REWARDS = ("none", "pav", "prime", "oprl")
 NORMS = ("batch", "none")
@@ -124,6 +129,7 @@ class ProcessScorer:
   def __init__(self, exp, sft_params: Any):
     self.exp, self.config = exp, exp.config
     self.kind = exp.config.rl.process_reward
+    self.ckpt = None  # the online PRM's Checkpointer (attach_checkpointer)
     c = exp.config.rl.process
     tok = exp.tokenizer
     self.delims = (tuple(int(i) for i in c.step_token_ids)
@@ -142,6 +148,37 @@ class ProcessScorer:
                        optax.identity(), optax.adamw(c.prm_lr, weight_decay=0.0))
       self.ref = sft_params
       self.state = TrainState.create(jax.tree_util.tree_map(jnp.array, sft_params), tx)
+
+  @property
+  def online(self) -> bool:
+    """Whether the PRM trains during RL ('prime', 'oprl'): then it is checkpointed."""
+    return self.kind != "pav"
+
+  def attach_checkpointer(self, ckpt, start: int) -> None:
+    """Checkpoints the online PRM with `ckpt` (a `rl_jax.checkpoint.Checkpointer`) from now on,
+    and restores the one saved at `start` when the RL phase resumes from step `start` > 0.
+
+    A resumed run whose PRM checkpoint at `start` is missing (a run from before the PRM was
+    checkpointed, or a deleted directory) logs a warning naming the directory and restarts the
+    PRM from the SFT policy.
+    """
+    self.ckpt = ckpt
+    if start <= 0:
+      return
+    if start not in ckpt.all_steps():
+      _log.warning("no online PRM checkpoint for step %d in %s (steps there: %s): the PRM "
+                      "restarts from the SFT policy, so this run no longer equals an "
+                      "uninterrupted one", start, ckpt.directory, ckpt.all_steps())
+      return
+    self.state, _ = ckpt.restore(start, self.state)
+
+  def save(self, step: int) -> None:
+    """Writes the online PRM's state at `step` (called just before the RL checkpoint)."""
+    self.ckpt.maybe_save(step, self.state, {"phase": "rl_prm", "kind": self.kind}, force=True)
+
+  def close(self) -> None:
+    if self.ckpt is not None:
+      self.ckpt.close()
 
   @classmethod
   def from_config(cls, exp, sft_params):

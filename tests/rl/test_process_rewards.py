@@ -1,5 +1,6 @@
 """Process advantages against ALGORITHMS.md §5.1-§5.3's worked numbers."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -60,6 +61,20 @@ def test_prime_prm_bce_worked_number():
   # beta * sum of log-ratios = 0.04 -> BCE vs label 1 = -log sigmoid(0.04)
   loss = pr.prime_prm_loss(jnp.array([0.8]), jnp.array([1.0]), jnp.array([True]), beta=0.05)
   assert float(loss) == pytest.approx(0.6733, abs=1e-4)
+
+
+def test_prime_prm_gradient_at_the_start_is_sigmoid_minus_label():
+  # Every row starts at z = 0 (pi_phi == pi_ref); there d loss / d z = sigma(0) - r = 0.5 - r,
+  # under jit too (the max/|.| form gave -r: zero for an all-failure batch).
+  grad = jax.jit(jax.grad(lambda x: pr.prime_prm_loss(x, jnp.array([0.0, 1.0]),
+                                                      jnp.array([True, True]), beta=1.0)))
+  np.testing.assert_allclose(grad(jnp.zeros(2)), [0.25, -0.25], atol=1e-7)  # / 2 valid rows
+  # OPRL's pair loss -log sigma(d): d loss / d d = -1/2 at d = 0 (was 0).
+  sums = jnp.zeros((1, 2, 1))  # one group, a success and a failure, one step each
+  g = jax.jit(jax.grad(lambda x: pr.oprl_prm_loss(x, jnp.ones((1, 2, 1), bool),
+                                                  jnp.array([[1.0, 0.0]]),
+                                                  jnp.ones((1, 2), bool), 1.0)))(sums)
+  np.testing.assert_allclose(g[0, :, 0], [-0.5, 0.5], atol=1e-7)
 
 
 def test_prime_advantage_is_rloo_per_source_then_whitened():
