@@ -111,10 +111,13 @@ def _pallas(rewards, valid, token_mask, *, group_size, segment_ids, num_segments
   pad = lambda a: jnp.pad(a, ((0, r_pad - n_rows), (0, 0)))  # noqa: E731
   v = valid.astype(jnp.float32)[:, None]
   t = mask.shape[1]
+  block_t = min(block_t, pl.next_power_of_2(t))
+  # Token columns padded (zero mask) to whole blocks: Triton does not mask a partial last block,
+  # and on an H100 T=100 with block_t=128 gave wrong token advantages (interpret mode hid it).
+  mask = jnp.pad(mask, ((0, 0), (0, -t % block_t)))
   adv, tok = kernel.grouped_advantage(
       pad(jnp.where(v > 0, x, 0.0)), pad(v), pad(ids[:, None]), pad(mask), mode=mode,
       eps=float(eps), weights=w, num_segments=pl.next_power_of_2(s),
-      block_r=min(block_r, r_pad), block_t=min(block_t, pl.next_power_of_2(t)),
-      platform=platform, interpret=interpret)
+      block_r=min(block_r, r_pad), block_t=block_t, platform=platform, interpret=interpret)
   adv = adv[:n_rows].reshape(rewards.shape)
-  return adv, (None if token_mask is None else tok[:n_rows])
+  return adv, (None if token_mask is None else tok[:n_rows, :t])

@@ -123,3 +123,28 @@ def test_auto_lowers_to_the_kernel_for_tpu_and_to_xla_for_cpu():
   tpu = SingleDeviceSharding(aot.topology_devices("v5e:2x2")[0])
   args = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=tpu) for x in (r, v)]
   assert "tpu_custom_call" in grpo.trace(*args).lower().as_text()
+
+
+def test_token_columns_are_padded_to_whole_blocks(monkeypatch):
+  # Triton does not mask a partial last block: on an H100, T=100 with block_t=128 gave wrong
+  # token advantages while interpret mode matched. The kernel must only ever see whole blocks.
+  from kernels.grouped_advantage import kernel  # pylint: disable=g-import-not-at-top
+  seen = []
+  real = kernel.grouped_advantage
+
+  def spy(*args, **kw):
+    seen.append((args[3].shape, kw["block_t"]))
+    return real(*args, **kw)
+
+  monkeypatch.setattr(kernel, "grouped_advantage", spy)
+  rng = np.random.default_rng(3)
+  rewards = jnp.asarray(rng.random(24) < 0.5, jnp.float32)
+  valid = jnp.ones(24, bool)
+  mask = jnp.asarray(rng.random((24, 13)) < 0.7)
+  got, got_tok = ga.grouped_advantage(rewards, valid, group_size=4, token_mask=mask,
+                                      impl="interpret", block_r=8, block_t=8)
+  (shape, block_t), = seen
+  assert shape[1] % block_t == 0 and shape[1] >= 13
+  want, want_tok = ga.reference(rewards, valid, group_size=4, token_mask=mask)
+  assert got_tok.shape == (24, 13)
+  np.testing.assert_allclose(got_tok, want_tok, atol=1e-5)
