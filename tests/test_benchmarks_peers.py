@@ -167,3 +167,25 @@ def test_roofline_parse_args():
   with pytest.raises(SystemExit):
     roofline.parse_args(["--shapes=2x2"])
   assert isinstance(args, argparse.Namespace)
+
+
+def test_rl_jax_cache_dir_off_cold_warm(tmp_path):
+  args = peers.parse_args(["--models=smollm2", "--shapes=2x2x4"])
+  assert args.rl_jax_cache_dir == ""  # Off unless asked for.
+  cmd = peers.worker_cmd(args, "rl_jax", "/m", "2x2x4", "/w")
+  assert cmd[cmd.index("--compile_cache_dir") + 1] == ""
+  assert cmd[cmd.index("--batch") + 1: cmd.index("--batch") + 6:2] == ["2", "2", "4"]
+  assert "--compile_cache_dir" not in peers.worker_cmd(args, "trl", "/m", "2x2x4", "/w")
+  assert peers.cache_state("") == {"state": "off", "files": 0}
+  cache = tmp_path / "jax_cache"
+  args = peers.parse_args([f"--rl_jax_cache_dir={cache}"])
+  cmd = peers.worker_cmd(args, "rl_jax", "/m", "8x4x32", "/w")
+  assert cmd[cmd.index("--compile_cache_dir") + 1] == str(cache)
+  assert common.worker_args(cmd[3:]).compile_cache_dir == str(cache)
+  assert peers.cache_state(str(cache)) == {"state": "cold", "files": 0}  # Missing.
+  cache.mkdir()
+  assert peers.cache_state(str(cache)) == {"state": "cold", "files": 0}  # Empty.
+  (cache / "jit_step-abc-cache").write_bytes(b"x")
+  (cache / "sub").mkdir()
+  (cache / "sub" / "entry").write_bytes(b"y")
+  assert peers.cache_state(str(cache)) == {"state": "warm", "files": 2}
