@@ -348,7 +348,7 @@ def _concat_caches(a: models.KVCache, c: models.KVCache) -> models.KVCache:
                         index=jnp.maximum(a.index, c.index))
 
 
-def select_leaves(rewards: np.ndarray, num_leaves: int, keep: int,
+def select_leaves(rewards: np.ndarray, num_leaves: int, keep,
                   rng: np.random.Generator) -> np.ndarray:
   """Rows to train on: `keep` of each prompt's `num_leaves` leaves, at random, keeping one
   correct (reward > 0) leaf when the prompt has any (the reference's `num_traces` selection).
@@ -356,19 +356,22 @@ def select_leaves(rewards: np.ndarray, num_leaves: int, keep: int,
   Args:
     rewards: [B·num_leaves] scalar rewards.
     num_leaves: Lv, leaves per prompt.
-    keep: leaves kept per prompt (<= Lv).
+    keep: leaves kept per prompt (<= Lv): one int (dense groups of G), or n_b per prompt [B]
+      (ragged groups, `train.ragged_trees`); equal counts draw exactly as the int.
     rng: host generator.
 
   Returns:
-    int [B·keep] rows, grouped by prompt, in increasing order within a prompt.
+    int [Σ keep] rows, grouped by prompt, in increasing order within a prompt.
   """
-  if keep > num_leaves:
-    raise ValueError(f"cannot keep {keep} of {num_leaves} leaves per prompt; the EPTree options "
-                     f"give M(1+L·N·T)={num_leaves} leaves, so config.rl.group_size must be <= it")
-  out = []
   r = np.asarray(rewards).reshape(-1, num_leaves)
+  counts = np.broadcast_to(np.asarray(keep, np.int64), (len(r),))
+  if (counts > num_leaves).any() or (counts < 1).any():
+    raise ValueError(f"cannot keep {counts.tolist()} of {num_leaves} leaves per prompt; the "
+                     f"EPTree options give M(1+L·N·T)={num_leaves} leaves, so "
+                     f"config.rl.group_size (and max_group_size) must be in [1, {num_leaves}]")
+  out = []
   for b, row in enumerate(r):
-    pick = rng.permutation(num_leaves)[:keep]
+    pick = rng.permutation(num_leaves)[:counts[b]]
     good = np.flatnonzero(row > 0)
     if len(good) and not (row[pick] > 0).any():
       pick[0] = rng.choice(good)

@@ -134,7 +134,8 @@ def _stats(strategy: Sampling, logits: jax.Array, tokens: jax.Array):
 def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
                   cfg: models.ModelConfig, strategy: Sampling, options: LatrOptions,
                   num_slots: int, max_new_tokens: int, eos_id: int, pad_id: int = 0,
-                  exempt_tokens: Optional[jax.Array] = None) -> TreeSamples:
+                  exempt_tokens: Optional[jax.Array] = None,
+                  budgets: Optional[jax.Array] = None) -> TreeSamples:
   """LATR rollouts: `num_slots` tree leaves for each of the B left-padded prompts.
 
   Args:
@@ -151,6 +152,10 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     eos_id, pad_id: end-of-sequence and padding tokens.
     exempt_tokens: optional bool [V]: a branch whose divergent token is marked is never pruned
       (the reference's `keep_math_symbols` intent).
+    budgets: optional int [B] in [0, K]: root b may use only its first k_b slots (ragged groups,
+      `train.ragged_trees`); the others never receive a branch, are never filled and stay
+      masked, and the exit rule counts Σ_b k_b slots (a finished root counts as k_b). None = K
+      each (the same computation).
 
   Returns:
     `TreeSamples` with [B·K] rows.
@@ -166,11 +171,14 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
   cache = cache.take_rows(root_rows)  # the prompt is prefilled once per root, then shared
   logits = logits[root_rows]
   slot = jnp.tile(jnp.arange(k), b)
+  budget = (jnp.full((b,), k, jnp.int32) if budgets is None
+            else jnp.asarray(budgets, jnp.int32).reshape(b))
+  allowed = slot < jnp.repeat(budget, k)
   exempt = (jnp.zeros((cfg.vocab_size,), bool) if exempt_tokens is None
             else jnp.asarray(exempt_tokens, bool))
   z = jnp.zeros((n, t_max))
   init = dict(cache=cache, logits=logits, tokens=z.astype(jnp.int32), mask=z.astype(bool),
-              logp=z, entropy=z, active=slot == 0, done=jnp.zeros((n,), bool),
+              logp=z, entropy=z, active=(slot == 0) & allowed, done=jnp.zeros((n,), bool),
               parent=jnp.arange(n, dtype=jnp.int32), birth=jnp.zeros((n,), jnp.int32),
               div_tok=jnp.zeros((n,), jnp.int32), in_tree=jnp.array(True),
               decode_tokens=jnp.zeros((), jnp.int32), num_forks=jnp.zeros((), jnp.int32),
@@ -184,7 +192,8 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     base = jnp.where(in_tree, top_i[:, 0], sampled).astype(jnp.int32)
     live = c["active"] & ~c["done"]
     cand = in_tree & live & tree_metrics.branch_candidates(top_p, o.tau_abs, o.tau_rel)[:, 1]
-    src_local, new = fork_slots(cand.reshape(b, k), c["active"].reshape(b, k))
+    # Slots past a root's budget look occupied, so they never receive a branch.
+    src_local, new = fork_slots(cand.reshape(b, k), (c["active"] | ~allowed).reshape(b, k))
     src = (src_local + (jnp.arange(b) * k)[:, None]).reshape(n)
     new = new.reshape(n)
     take = lambda x: x[src]
@@ -236,9 +245,9 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     # Exit rule (§3.1 step 5).
     eff = active.reshape(b, k).sum(axis=1)
     all_done = ~(active & ~done).reshape(b, k).any(axis=1)
-    eff = jnp.where(all_done, k, eff)
+    eff = jnp.where(all_done, budget, eff)
     theta = o.thres_init - o.thres_decay * t / t_max
-    full = eff.sum() >= jnp.round(k * b * theta)
+    full = eff.sum() >= jnp.round(budget.sum() * theta)
     young = (active & (parent != jnp.arange(n)) & (t - birth < max_window)).any()
     next_in_tree = in_tree & ~(full & ~young) & (t + 1 < force)
 
@@ -252,7 +261,7 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
                 tree_steps=c["tree_steps"] + in_tree.astype(jnp.int32)), None
 
   c, _ = jax.lax.scan(step, init, jnp.arange(t_max))
-  filled = ~c["active"] if o.fill else jnp.zeros((n,), bool)
+  filled = ~c["active"] & allowed if o.fill else jnp.zeros((n,), bool)
   first = jnp.repeat(jnp.arange(b) * k, k)
   pick = jnp.where(filled, first, jnp.arange(n))
   keep = lambda x: x[pick] if o.fill else x

@@ -98,10 +98,21 @@ def _segment(params, cache, logits, src, limits, rng, *, cfg: models.ModelConfig
 def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax.Array, *,
                    cfg: models.ModelConfig, strategy: Sampling, options: TreePOOptions,
                    group: int, max_new_tokens: int, eos_id: int,
-                   pad_id: int = 0) -> TreePORollout:
-  """Grows one TreePO tree per left-padded prompt [B, P] with G = `group` leaves each."""
+                   pad_id: int = 0, budgets=None) -> TreePORollout:
+  """Grows one TreePO tree per left-padded prompt [B, P] with G = `group` leaves each.
+
+  budgets: optional int [B], 1 <= n_b <= G: prompt b's tree has a budget of n_b leaves (ragged
+  groups, `train.ragged_trees`): only the first n_b of its G slots are ever used (its first
+  min(first_width, n_b) paths start there, forks take free slots among them), the other slots
+  decode nothing that is counted and hold copies of its first leaf (`filled`), so the rows
+  b·G … b·G + n_b − 1 are TreePO's own tree of n_b leaves. None = G each (identical draws).
+  """
   o, t_max = options, max_new_tokens
   b, p = prompt.shape
+  budget = np.full(b, group, np.int64) if budgets is None else np.asarray(budgets, np.int64)
+  if budget.shape != (b,) or (budget < 1).any() or (budget > group).any():
+    raise ValueError(f"treepo_rollout: budgets must be {b} leaf counts in [1, group={group}], "
+                     f"got {budget.tolist()}")
   s = b * group
   seg = min(o.segment_len, t_max)
   n_seg = -(-t_max // seg)
@@ -123,7 +134,9 @@ def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
   depth = np.zeros((b, n_nodes), np.int32)
   n_used = np.ones(b, np.int32)
   cur = np.zeros(s, np.int32)
-  used = (np.arange(s) % group) < min(o.first_width, group)
+  slot = np.arange(s) % group
+  allowed = slot < budget[prompt_of]
+  used = (slot < np.minimum(o.first_width, budget[prompt_of])) & allowed
   live = used.copy()
   src = np.arange(s)
   decode_tokens = 0
@@ -154,7 +167,7 @@ def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
     src = np.arange(s)
     for pb in range(b):  # Forks: each live path takes branches - 1 free slots, in slot order.
       block = np.arange(pb * group, (pb + 1) * group)
-      free = list(block[~used[block]])
+      free = list(block[~used[block] & allowed[block]])
       for i in block[live[block]]:
         for _ in range(o.branches - 1):
           if not free:

@@ -27,8 +27,9 @@ from rl_jax.value.history import RolloutHistory
 # phases.PHASE_TAGS.
 ALLOC_TAG = 7
 
-# Rollout modes that take ragged groups (a tree rollout has a fixed number of leaves per prompt).
-RAGGED_ROLLOUTS = ("iid",)
+# Rollout modes that take ragged groups (`planner.RAGGED_ROLLOUTS`; the tree modes through
+# `train.ragged_trees`).
+RAGGED_ROLLOUTS = planner.RAGGED_ROLLOUTS
 
 
 def allocator_from_config(config) -> alloc_lib.Allocator:

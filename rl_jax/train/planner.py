@@ -83,6 +83,13 @@ class PromptStats:
   step: int = 0
 
 
+# Rollout modes that serve ragged requests (`train.ragged_trees` for the tree modes); 'echo' and
+# 'arrol' have a fixed number of rows per prompt in their sampler and raise a named error.
+RAGGED_ROLLOUTS = ("iid", "latr", "eptree", "treepo")
+# Ragged modes whose rollout records a tree (no extension rounds: those use the iid engine).
+RAGGED_TREES = ("eptree", "treepo")
+
+
 def is_ragged(config) -> bool:
   return config.rl.max_group_size > 0
 
@@ -114,9 +121,16 @@ def check_config(config) -> None:
       raise ValueError(f"config.rl.allocator={rl.allocator!r} gives prompts different row counts; "
                        "expected config.rl.max_group_size (G_max) > 0 (the ragged layout)")
     return
-  if rl.rollout != "iid":
+  if rl.rollout not in RAGGED_ROLLOUTS:
     raise ValueError(f"config.rl.rollout={rl.rollout!r} with the ragged layout "
-                     "(config.rl.max_group_size > 0); expected rollout='iid'")
+                     f"(config.rl.max_group_size > 0) is not supported; expected rollout in "
+                     f"{RAGGED_ROLLOUTS}")
+  if rl.rollout in RAGGED_TREES and (rl.advantage == "v05" or (
+      "allocation" in rl and rl.allocation.probe)):
+    raise ValueError(f"config.rl.rollout={rl.rollout!r} with extension rounds (advantage='v05' "
+                     "or config.rl.allocation.probe > 0) is not supported: extra rows of a "
+                     "prompt come from the iid engine and have no place in its tree; use "
+                     "rollout in ('iid', 'latr') or probe=0")
   if rl.max_group_size < rl.group_size:
     raise ValueError(f"config.rl.max_group_size={rl.max_group_size} is below "
                      f"config.rl.group_size={rl.group_size}; expected 0 or >= group_size")

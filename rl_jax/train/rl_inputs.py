@@ -106,12 +106,9 @@ def _ragged_advantages(rewards, rollout: Rollout, hyper, token_kl):
   """`advantages` for a ragged batch (`hyper.max_group_size` G_max > 0, `hyper.num_groups` B):
   rows are scattered to [B, G_max] + valid by their `group` (the estimators take ragged groups
   through `valid`), and the advantages gathered back to rows. Rows past G_max get weight 0.
-  Tree estimators are not defined on ragged batches."""
+  Tree estimators get the tree with its row fields scattered the same way (`_ragged_tree`)."""
   fn = advantages_lib.get(hyper.advantage)
   accepts = inspect.signature(fn).parameters
-  if "tree" in accepts:
-    raise ValueError(f"estimator {hyper.advantage!r} needs a tree rollout; ragged batches "
-                     "(config.rl.max_group_size > 0) have none")
   b, gm = hyper.num_groups, hyper.max_group_size
   r_rk = as_components(rewards)
   k = r_rk.shape[1]
@@ -121,6 +118,8 @@ def _ragged_advantages(rewards, rollout: Rollout, hyper, token_kl):
   grouped = lambda x, fill=0: to_groups(x, seg, rank, b, gm, fill)
   r, opts = _estimator_inputs(r_rk, scalar, rollout, hyper, accepts, token_kl, grouped)
   valid = grouped(jnp.ones_like(rollout.valid), False)
+  if "tree" in accepts:
+    opts["tree"] = _ragged_tree(rollout, hyper.advantage, b, grouped)
   adv, weight = fn(r, valid, **opts)
   return from_groups(adv, seg, rank), from_groups(weight, seg, rank), scalar
 
@@ -128,7 +127,7 @@ def _ragged_advantages(rewards, rollout: Rollout, hyper, token_kl):
 def _estimator_inputs(r_rk, scalar, rollout: Rollout, hyper, accepts, token_kl, grouped):
   """The estimator's reward [B, G(, K)] and keyword options, with `grouped(x, fill)` mapping
   rows [R, ...] to groups [B, G, ...] (a reshape for dense batches, a scatter for ragged ones).
-  Tree estimators' `tree` is added by the dense caller (ragged batches have none)."""
+  Tree estimators' `tree` is added by the caller (dense: reshaped; ragged: `_ragged_tree`)."""
   opts = dict(hyper.advantage_options)
   if hyper.advantage in MULTI_REWARD:
     if token_kl is not None:
@@ -193,6 +192,26 @@ def _tree_per_prompt(rollout: Rollout, name: str, g: int) -> Tree:
                      f"{n_rows // g} prompts x {g} rows x {t} tokens")
   return Tree(parent=tree.parent, depth=tree.depth, leaf_node=tree.leaf_node.reshape(-1, g, n),
               node_of=tree.node_of.reshape(-1, g, t))
+
+
+def _ragged_tree(rollout: Rollout, name: str, num_groups: int, grouped) -> Tree:
+  """`rollout.tree` of a ragged batch (`train.ragged_trees`): parent/depth [B, N] per group as
+  they are; leaf_node [R, N] and node_of [R, T] scattered to [B, G_max, ...] like the rewards,
+  so padding rows (and rows past G_max) are no leaf of any node."""
+  tree = rollout.tree
+  if tree is None:
+    raise ValueError(f"estimator {name!r} needs a tree rollout (config.rl.rollout='eptree' or "
+                     "'treepo'); got a rollout without a tree")
+  n_rows, t = rollout.mask.shape
+  n = tree.parent.shape[-1]
+  if (tree.parent.shape != (num_groups, n) or tree.depth.shape != tree.parent.shape
+      or tree.leaf_node.shape != (n_rows, n) or tree.node_of.shape != (n_rows, t)):
+    raise ValueError(f"ragged rollout.tree shapes parent {tree.parent.shape}, depth "
+                     f"{tree.depth.shape}, leaf_node {tree.leaf_node.shape}, node_of "
+                     f"{tree.node_of.shape} do not match {num_groups} groups x {n_rows} rows x "
+                     f"{t} tokens")
+  return Tree(parent=tree.parent, depth=tree.depth, leaf_node=grouped(tree.leaf_node, False),
+              node_of=grouped(tree.node_of))
 
 
 def tis_weights(trainer_logp: jax.Array, sampler_logp: jax.Array, mask: jax.Array,

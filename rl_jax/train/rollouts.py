@@ -33,7 +33,8 @@ for steps whose first round is fully informative. Randomness depends only on (se
 
 The loop itself is `rounds.collect` (planner -> engine -> round rules, DESIGN.md §7); dynamic
 sampling is the round rule 'dapo_dynamic' (`round_rules`). With `config.rl.max_group_size` > 0
-the batch is ragged (`planner`): an allocator's counts served by the iid engine in R_max rows.
+the batch is ragged (`planner`): an allocator's counts served by the iid engine in R_max rows,
+or for 'latr' / 'eptree' / 'treepo' by their tree sampler (`ragged_trees`).
 With `config.rl.partial.enabled` (APRIL, `april`) round 0 is the partial engine: over-provisioned
 groups, the first B complete ones make the batch, the rest are carried (with per-token policy
 versions) into the next step by the `april.Carry` that the RL phase holds and checkpoints.
@@ -51,7 +52,7 @@ from rl_jax import rewards as rewards_lib
 from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
 from rl_jax.sampling import arrol, echo, engines, eptree, latr, treepo
-from rl_jax.train import allocate, april, planner, rl_inputs, round_rules, rounds
+from rl_jax.train import allocate, april, planner, ragged_trees, rl_inputs, round_rules, rounds
 from rl_jax.train.experiment import Experiment
 from rl_jax.types import Rollout
 
@@ -128,13 +129,19 @@ def check_config(config) -> None:
                        f"with eta in [0, 1], got {rl.latr.mix_schedule}")
   if rl.rollout == "eptree":
     leaves = eptree_options(config).leaves
-    if rl.group_size > leaves:
-      raise ValueError(f"config.rl.group_size={rl.group_size} exceeds the {leaves} leaves per "
-                       f"prompt of config.rl.eptree (num_chains·(1 + rounds·forks_per_round·"
-                       f"branches))")
-  if rl.rollout in ("eptree", "treepo", "echo") and rl.dynamic_sampling:
+    for field in ("group_size", "max_group_size"):
+      if rl[field] > leaves:
+        raise ValueError(f"config.rl.{field}={rl[field]} exceeds the {leaves} leaves per "
+                         f"prompt of config.rl.eptree (num_chains·(1 + rounds·forks_per_round·"
+                         f"branches))")
+  # Ragged batches carry a tree per slot across rounds (ragged_trees.assemble_tree); dense ones
+  # only the one round's tree.
+  tree_across_rounds = planner.is_ragged(config) and rl.rollout in planner.RAGGED_TREES
+  if rl.rollout in ("eptree", "treepo", "echo") and rl.dynamic_sampling and (
+      not tree_across_rounds):
     raise ValueError(f"config.rl.dynamic_sampling is not supported with rollout="
-                     f"{rl.rollout!r} (groups carry a tree); use rollout='iid' or 'latr'")
+                     f"{rl.rollout!r} (groups carry a tree) in dense groups; use rollout='iid' "
+                     "or 'latr', or ragged groups (config.rl.max_group_size > 0)")
   if rl.rollout == "treepo":
     treepo_options(config)
   if rl.rollout == "echo":
@@ -207,7 +214,8 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
   (a `data.grain_source.ProblemStream`; config.data.source='grain'). Dense layout: G rows each
   from the rollout mode's sampler. Ragged layout: counts from the allocator
   (`planner.allocate`, statistics from `history`), served by the iid engine in a power-of-two
-  row count (`planner.engine_rows`; uniform counts: the dense round's own sampler call).
+  row count (`planner.engine_rows`; uniform counts: the dense round's own sampler call), or for
+  the tree modes by their sampler (`ragged_trees.tree_round`: Σ n_b rows).
   With APRIL (`carry`, a `train.april.Carry`; config.rl.partial) round 0 is `april.april_round`.
   """
   rl = exp.config.rl
@@ -226,6 +234,10 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
     counts = planner.allocate(exp.config, stats, round_idx)
     idx, counts = idx[counts > 0], counts[counts > 0]
     requests = planner.Requests(idx, counts)
+    if rl.rollout != "iid":  # Tree modes (ragged_trees): their sampler, Σ n_b rows.
+      return (*ragged_trees.tree_round(
+          exp, params, requests, key, rng, step,
+          score=lambda tokens, mask, ids: _score(exp, tokens, mask, ids)), idx)
     # Decode only the rows asked for, in a bucketed number of rows (planner.engine_rows).
     rows = planner.engine_rows(requests.total, planner.batch_rows(exp.config))
     return (*_engine_round(exp, params, requests, key, max(rows, requests.total)), idx)

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from rl_jax.rl import losses
-from rl_jax.train import planner, round_rules
+from rl_jax.train import planner, ragged_trees, round_rules
 from rl_jax.types import Rollout
 
 # Host counts that `collect` sums over generation rounds (rl_jax.rewards.contained).
@@ -139,7 +139,9 @@ def assemble(pool: round_rules.Pool, config, choice=None):
 
   choice: (slots [B], keep [B]) or None for the first B slots, all kept. Dense: every chosen
   slot must hold G rows; one round whose B slots are the batch in order is returned as drawn
-  (tree rollouts keep their tree). Ragged: rows packed into R_max rows (`planner.layout`).
+  (tree rollouts keep their tree). Ragged: rows packed into R_max rows (`planner.layout`); a
+  tree rollout's tree is packed with them (`ragged_trees.assemble_tree`: parent/depth per
+  group, leaf_node/node_of per row).
   """
   rl = config.rl
   b, g = rl.prompts_per_step, rl.group_size
@@ -159,13 +161,16 @@ def assemble(pool: round_rules.Pool, config, choice=None):
   take = np.concatenate([pool.slot_rows[s] for s in slots] + [np.zeros(0, np.int64)])
   pad = rows - len(take)
   index = np.concatenate([take, np.zeros(pad, np.int64)]).astype(np.int64)
+  trees = [r.tree for r in pool.rollouts]
   cat = jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
-                               *pool.rollouts)
+                               *[r.replace(tree=None) for r in pool.rollouts])
   batch = jax.tree_util.tree_map(lambda x: x[index], cat)
   kept = valid & np.concatenate([np.repeat(keep, sizes), np.zeros(pad, bool)])
   batch = batch.replace(group=group, valid=np.asarray(batch.valid) & kept,
                         mask=np.asarray(batch.mask) & valid[:, None])
   zero = np.arange(rows) >= len(take)
+  if any(t is not None for t in trees):  # Per-slot parent/depth, per-row leaves.
+    batch = batch.replace(tree=ragged_trees.assemble_tree(trees, slots, index, zero, b))
   shaped = np.where(zero[:, None], 0.0, pool.all_shaped()[index]).astype(np.float32)
   raw = np.where(zero[:, None], 0.0, pool.all_raw()[index]).astype(np.float32)
   return batch, shaped, raw

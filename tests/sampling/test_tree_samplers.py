@@ -93,6 +93,26 @@ def test_latr_logp_equals_trainer_and_forks_happen(setup, temperature):
   assert int(out.decode_tokens) <= int(np.asarray(out.mask).sum())
 
 
+def test_latr_budgets_limit_each_root(setup):
+  """budgets [4, 1, 2] of K = 4 slots (ragged groups): a root never uses a slot past its budget
+  (no tokens there, never filled), every slot within it holds a row (fill), and the live-row
+  count `decode_tokens` covers only rows within the budgets."""
+  cfg, params, prompt, prompt_mask = setup
+  opts = latr.LatrOptions(tau_abs=0.0, tau_rel=1.0, windows=(2, 3), sm_threshold=None,
+                          rl_threshold=0.99)
+  budgets = np.array([4, 1, 2])
+  out = latr.latr_generate(params, jnp.asarray(prompt), jnp.asarray(prompt_mask),
+                           jax.random.key(1), cfg=cfg, strategy=sampling.Sampling(1.0),
+                           options=opts, num_slots=4, max_new_tokens=8, eos_id=EOS,
+                           budgets=jnp.asarray(budgets))
+  allowed = np.tile(np.arange(4), 3) < np.repeat(budgets, 4)
+  mask, filled = np.asarray(out.mask), np.asarray(out.filled)
+  assert not mask[~allowed].any() and not filled[~allowed].any()
+  assert mask[allowed].any(axis=1).all()
+  assert int(out.num_forks) >= 3 + 1  # root 0 fills its 3 free slots, root 2 its 1.
+  assert int(out.decode_tokens) <= int(mask[allowed & ~filled].sum()) + int(out.num_pruned) * 8
+
+
 def test_latr_without_branching_is_greedy_then_counts_every_token(setup):
   cfg, params, prompt, prompt_mask = setup
   opts = latr.LatrOptions(tau_abs=1.0, tau_rel=0.0, windows=(2,))

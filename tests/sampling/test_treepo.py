@@ -123,3 +123,28 @@ def test_engine_sweep_applies_to_the_ladder_config():
     config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
     rollouts.check_config(config)
     assert config.rl.rollout == "treepo"
+
+
+def test_budgets_grow_an_n_leaf_tree(grown):
+  """budgets (ragged groups): prompt 0 with the full budget of 8 is the unbudgeted tree exactly;
+  prompt 1 with 3 leaves: 2 paths, then path 0 forks into the one free slot, then no slot is
+  free: 2 + 3 + 3 segments decoded, slots 3..7 unused (filled copies of its first leaf)."""
+  cfg, params, prompt, prompt_mask, full = grown
+  out = treepo.treepo_rollout(params, prompt, prompt_mask, jax.random.key(1), cfg=cfg,
+                              strategy=sampling.Sampling(1.0),
+                              options=treepo.TreePOOptions(segment_len=SEG, first_width=2,
+                                                           branches=2),
+                              group=G, max_new_tokens=T, eos_id=cfg.vocab_size,
+                              budgets=np.array([G, 3]))
+  np.testing.assert_array_equal(out.tokens[:G], full.tokens[:G])
+  np.testing.assert_array_equal(out.tree.node_of[:G], full.tree.node_of[:G])
+  assert out.decode_tokens == 14 * SEG + 8 * SEG
+  np.testing.assert_array_equal(out.filled, np.arange(2 * G) >= G + 3)
+  nodes = out.tree.node_of[G:G + 3]
+  assert len({tuple(r) for r in nodes}) == 3 and (nodes[0, :SEG] == nodes[2, :SEG]).all()
+  assert (nodes[0, SEG:] != nodes[2, SEG:]).all()  # Slot 2 forked from slot 0 after segment 0.
+  with pytest.raises(ValueError, match=r"budgets must be 2 leaf counts in \[1, group=8\]"):
+    treepo.treepo_rollout(params, prompt, prompt_mask, jax.random.key(1), cfg=cfg,
+                          strategy=sampling.Sampling(1.0), options=treepo.TreePOOptions(),
+                          group=G, max_new_tokens=T, eos_id=cfg.vocab_size,
+                          budgets=np.array([0, 3]))

@@ -48,7 +48,7 @@ def test_default_is_uniform_and_checks():
      r"up to B x max_group_size = 32 rows; config.rl.rows=16"),
     ({"allocator": "v0", "max_group_size": 8}, r"needs predictions p_hat"),
     ({"prompt_pool": 10**6}, r"config.rl.prompt_pool=1000000"),
-    ({"allocator": "knapsack", "rollout": "eptree"}, r"needs ragged groups"),
+    ({"allocator": "knapsack", "rollout": "echo"}, r"needs ragged groups"),
     ({"allocator": "xrpo", "allocation.xrpo.form": "nope"}, r"xrpo form='nope'"),
     ({"prompt_pool": -1}, r"config.rl.prompt_pool=-1"),
 ])
