@@ -176,20 +176,27 @@ def _process_advantages(adv, weight, scalar, rollout: Rollout, hyper):
   return tok_adv, weight * w
 
 
-def _tree_per_prompt(rollout: Rollout, name: str, g: int) -> Tree:
-  """`rollout.tree` with `leaf_node` [R, N] -> [B, G, N] and `node_of` [R, T] -> [B, G, T]."""
+def _checked_tree(rollout: Rollout, name: str, num_groups: int) -> Tree:
+  """`rollout.tree`, checked: parent/depth [num_groups, N], leaf_node [R, N], node_of [R, T]."""
   tree = rollout.tree
   if tree is None:
-    raise ValueError(f"estimator {name!r} needs a tree rollout (config.rl.rollout='eptree'); "
-                     "got rollout without a tree")
+    raise ValueError(f"estimator {name!r} needs a tree rollout (config.rl.rollout='eptree', "
+                     "'treepo', 'latr' or 'echo'); got a rollout without a tree")
   n_rows, t = rollout.mask.shape
   n = tree.parent.shape[-1]
-  if (tree.parent.shape != (n_rows // g, n) or tree.depth.shape != tree.parent.shape
+  if (tree.parent.shape != (num_groups, n) or tree.depth.shape != tree.parent.shape
       or tree.leaf_node.shape != (n_rows, n) or tree.node_of.shape != (n_rows, t)):
     raise ValueError(f"rollout.tree shapes parent {tree.parent.shape}, depth "
-                     f"{tree.depth.shape}, leaf_node "
-                     f"{tree.leaf_node.shape}, node_of {tree.node_of.shape} do not match "
-                     f"{n_rows // g} prompts x {g} rows x {t} tokens")
+                     f"{tree.depth.shape}, leaf_node {tree.leaf_node.shape}, node_of "
+                     f"{tree.node_of.shape} do not match {num_groups} groups x {n_rows} rows x "
+                     f"{t} tokens")
+  return tree
+
+
+def _tree_per_prompt(rollout: Rollout, name: str, g: int) -> Tree:
+  """`rollout.tree` with `leaf_node` [R, N] -> [B, G, N] and `node_of` [R, T] -> [B, G, T]."""
+  tree = _checked_tree(rollout, name, rollout.mask.shape[0] // g)
+  n, t = tree.parent.shape[-1], rollout.mask.shape[1]
   return Tree(parent=tree.parent, depth=tree.depth, leaf_node=tree.leaf_node.reshape(-1, g, n),
               node_of=tree.node_of.reshape(-1, g, t))
 
@@ -198,18 +205,7 @@ def _ragged_tree(rollout: Rollout, name: str, num_groups: int, grouped) -> Tree:
   """`rollout.tree` of a ragged batch (`train.ragged_trees`): parent/depth [B, N] per group as
   they are; leaf_node [R, N] and node_of [R, T] scattered to [B, G_max, ...] like the rewards,
   so padding rows (and rows past G_max) are no leaf of any node."""
-  tree = rollout.tree
-  if tree is None:
-    raise ValueError(f"estimator {name!r} needs a tree rollout (config.rl.rollout='eptree' or "
-                     "'treepo'); got a rollout without a tree")
-  n_rows, t = rollout.mask.shape
-  n = tree.parent.shape[-1]
-  if (tree.parent.shape != (num_groups, n) or tree.depth.shape != tree.parent.shape
-      or tree.leaf_node.shape != (n_rows, n) or tree.node_of.shape != (n_rows, t)):
-    raise ValueError(f"ragged rollout.tree shapes parent {tree.parent.shape}, depth "
-                     f"{tree.depth.shape}, leaf_node {tree.leaf_node.shape}, node_of "
-                     f"{tree.node_of.shape} do not match {num_groups} groups x {n_rows} rows x "
-                     f"{t} tokens")
+  tree = _checked_tree(rollout, name, num_groups)
   return Tree(parent=tree.parent, depth=tree.depth, leaf_node=grouped(tree.leaf_node, False),
               node_of=grouped(tree.node_of))
 

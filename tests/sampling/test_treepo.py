@@ -122,7 +122,7 @@ def test_engine_sweep_applies_to_the_ladder_config():
     config = ladder.get_config()
     config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
     rollouts.check_config(config)
-    assert config.rl.rollout == "treepo"
+    assert (config.rl.rollout == "treepo") == run["name"].startswith("treepo")
 
 
 def test_budgets_grow_an_n_leaf_tree(grown):
