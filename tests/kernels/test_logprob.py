@@ -151,9 +151,9 @@ def test_completion_logprobs_equal_full_forward_logits():
 
 @pytest.mark.parametrize("n", [64, 60])  # 60 tokens are padded to whole shards.
 def test_sharded_kernel_wrapper_equals_one_device(n):
-  # impl='auto' runs the Pallas kernels per device in a shard_map over the tokens under a context
-  # mesh; the wrapper, run here around the XLA path on 8 CPU devices, must give one device's
-  # values and gradients (the unembedding's gradient summed over the token shards).
+  # impl='auto' runs the TPU (Mosaic) kernel per device in a shard_map over the tokens under a
+  # context mesh; the wrapper, run here around the XLA path on 8 CPU devices, must give one
+  # device's values and gradients (the unembedding's gradient summed over the token shards).
   from kernels.logprob import ops  # pylint: disable=g-import-not-at-top
   from rl_jax import parallel  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(3)
