@@ -167,8 +167,8 @@ class ProcessScorer:
       return
     if start not in ckpt.all_steps():
       _log.warning("no online PRM checkpoint for step %d in %s (steps there: %s): the PRM "
-                      "restarts from the SFT policy, so this run no longer equals an "
-                      "uninterrupted one", start, ckpt.directory, ckpt.all_steps())
+                   "restarts from the SFT policy, so this run no longer equals an "
+                   "uninterrupted one", start, ckpt.directory, ckpt.all_steps())
       return
     self.state, _ = ckpt.restore(start, self.state)
 
