@@ -117,12 +117,6 @@ def assign_children(req: jax.Array, free: jax.Array):
   return src.astype(jnp.int32), child_j.astype(jnp.int32), new
 
 
-def _logp_entropy(strategy: Sampling, logits: jax.Array, tokens: jax.Array):
-  logprobs = jax.nn.log_softmax(strategy.scaled(logits), axis=-1)
-  logp = jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]
-  return logp, -jnp.sum(jnp.exp(logprobs) * logprobs, axis=-1)
-
-
 @functools.partial(jax.jit, static_argnames=("cfg", "strategy", "options", "num_slots",
                                              "max_new_tokens", "eos_id", "pad_id"))
 def echo_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
@@ -209,7 +203,7 @@ def echo_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     pruned = jnp.where(new, False, c["pruned"])
 
     live = ~done
-    logp, ent = _logp_entropy(strategy, logits, tok)
+    logp, ent = strategy.logp_entropy(logits, tok)
     tok = jnp.where(live, tok, pad_id)
     tokens = tokens.at[:, t].set(tok)
     mask = mask.at[:, t].set(live)

@@ -123,12 +123,6 @@ def fork_slots(cand: jax.Array, active: jax.Array) -> tuple[jax.Array, jax.Array
   return src.astype(jnp.int32), new
 
 
-def _stats(strategy: Sampling, logits: jax.Array, tokens: jax.Array):
-  logprobs = jax.nn.log_softmax(strategy.scaled(logits), axis=-1)
-  logp = jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]
-  return logp, -jnp.sum(jnp.exp(logprobs) * logprobs, axis=-1)
-
-
 @functools.partial(jax.jit, static_argnames=("cfg", "strategy", "options", "num_slots",
                                              "max_new_tokens", "eos_id", "pad_id"))
 def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
@@ -209,7 +203,7 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     div_tok = jnp.where(new, tok, c["div_tok"])
     tokens, mask = take(c["tokens"]), take(c["mask"])
     logp_buf, ent_buf = take(c["logp"]), take(c["entropy"])
-    logp, ent = _stats(strategy, logits, tok)
+    logp, ent = strategy.logp_entropy(logits, tok)
     tok = jnp.where(live, tok, pad_id)
     tokens = tokens.at[:, t].set(tok)
     mask = mask.at[:, t].set(live)

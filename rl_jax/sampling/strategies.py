@@ -75,6 +75,13 @@ class Sampling:
     """Logits of the distribution whose log-probs are reported (temperature applied)."""
     return logits if self.greedy else logits / self.temperature
 
+  def logp_entropy(self, logits: jax.Array, tokens: jax.Array):
+    """(log-prob of `tokens` [B], entropy [B]) under the reported distribution of logits [B, V]
+    (the tree samplers score tokens they did not draw themselves: forks, copied branches)."""
+    logprobs = jax.nn.log_softmax(self.scaled(logits), axis=-1)
+    logp = jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]
+    return logp, -jnp.sum(jnp.exp(logprobs) * logprobs, axis=-1)
+
   def sample(self, logits: jax.Array, rng: jax.Array) -> jax.Array:
     """Draws one token per row from float32 logits [B, V]."""
     return self.draw(logits, rng)[0]
