@@ -62,7 +62,9 @@ def main():
   group_ids = np.repeat(np.arange(b), g).astype(np.int32)
 
   records = []
+  first_step = compile_cache.CompileStats()  # Where the first step's start-up time goes.
   for step in range(args.steps + 1):
+    (first_step.start if step == 0 else first_step.stop)()
     t0 = time.perf_counter()
     out = gen(state.params, prompt, pmask, jax.random.fold_in(root, step))
     tokens, mask = np.asarray(out.tokens), np.asarray(out.mask)  # Waits for the sampler.
@@ -79,10 +81,12 @@ def main():
     records.append(dict(step_s=t3 - t0, gen_s=t1 - t0, reward_s=t2 - t1,
                         update_with_ref_s=t3 - t2, gen_tokens=int(mask.sum()),
                         loss=float(metrics["loss"]), reward=float(rewards.mean())))
+  first_step.stop()
   res = common.summarize(records, b, g, t)
   common.emit(dict(res, system="rl_jax", load_s=round(load_s, 3), prompt_len=plen,
                    params=models.num_params(params), backend=jax.default_backend(),
                    num_minibatches=args.num_minibatches, compile_cache_dir=cache_dir,
+                   first_step_compile=first_step.as_dict(),
                    rewards=[round(r["reward"], 4) for r in records],
                    losses=[round(r["loss"], 5) for r in records]))
 

@@ -71,3 +71,74 @@ def current_dir() -> str:
   if not jax.config.jax_enable_compilation_cache:
     return ""
   return jax.config.jax_compilation_cache_dir or ""
+
+
+# JAX's monitoring events -> CompileStats fields (seconds summed; the counts count events).
+_DURATIONS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace_s",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+    # The backend's part: XLA's compile on a miss, the cache read (+ load) on a hit.
+    "/jax/core/compile/backend_compile_duration": "compile_s",
+    "/jax/compilation_cache/cache_retrieval_time_sec": "cache_read_s",
+}
+_COUNTS = {
+    "/jax/compilation_cache/compile_requests_use_cache": "cache_requests",
+    "/jax/compilation_cache/cache_hits": "cache_hits",
+}
+
+
+class CompileStats:
+  """Where a program's start-up time goes, from JAX's own monitoring events, while active.
+
+      with compile_cache.CompileStats() as stats:
+        first_step()
+      stats.as_dict()  # {'trace_s', 'lower_s', 'compile_s', 'cache_read_s', 'cache_requests',
+                       #  'cache_hits'}
+
+  `compile_s` is the backend's time for every program made inside the block: XLA's compile on
+  a cache miss, reading and loading the executable on a hit (`cache_read_s` is the hit's share).
+  On XLA:CPU a hit on a large program can cost about its compile (jax 0.10.2: SmolLM2's
+  `rl_step` read back in 17.6 s, compiled in 18.0 s), so `cache_hits` alone does not say time was
+  saved; benchmarks/README.md ("First step") has the numbers. Events of other threads in the
+  same process are counted too.
+  """
+
+  def __init__(self):
+    self._totals = dict.fromkeys(list(_DURATIONS.values()) + list(_COUNTS.values()), 0.0)
+    self._active = False
+
+  def _on_duration(self, event: str, seconds: float, **kwargs) -> None:
+    del kwargs
+    if event in _DURATIONS:
+      self._totals[_DURATIONS[event]] += float(seconds)
+
+  def _on_event(self, event: str, **kwargs) -> None:
+    del kwargs
+    if event in _COUNTS:
+      self._totals[_COUNTS[event]] += 1
+
+  def start(self) -> "CompileStats":
+    """Starts counting (no-op when already counting)."""
+    if not self._active:
+      jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+      jax.monitoring.register_event_listener(self._on_event)
+      self._active = True
+    return self
+
+  def stop(self) -> None:
+    """Stops counting (no-op when not counting); the totals stay."""
+    if self._active:
+      jax.monitoring.unregister_event_duration_listener(self._on_duration)
+      jax.monitoring.unregister_event_listener(self._on_event)
+      self._active = False
+
+  def __enter__(self) -> "CompileStats":
+    return self.start()
+
+  def __exit__(self, *exc) -> None:
+    self.stop()
+
+  def as_dict(self) -> dict[str, float]:
+    """Seconds rounded to ms; counts as ints."""
+    return {k: (int(v) if k in _COUNTS.values() else round(v, 3))
+            for k, v in self._totals.items()}

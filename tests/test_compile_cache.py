@@ -86,3 +86,30 @@ def test_default_dir_under_user_cache(monkeypatch):
   assert compile_cache.default_dir() == "/somewhere/cache/rl_jax/jax_cache"
   monkeypatch.delenv("XDG_CACHE_HOME")
   assert compile_cache.default_dir() == os.path.expanduser("~/.cache/rl_jax/jax_cache")
+
+
+def _prog_stats(x):
+  return jnp.tanh(x) * 0.375 - 2.5
+
+
+def test_compile_stats_split_a_miss_from_a_hit(tmp_path, restore_cache):
+  """CompileStats counts a compile on a miss and a read on a hit, only while active."""
+  compile_cache.configure(str(tmp_path))
+  x = np.ones(5, np.float32)
+  with compile_cache.CompileStats() as miss:
+    jax.jit(_prog_stats)(x).block_until_ready()
+  m = miss.as_dict()
+  assert m["cache_requests"] >= 1 and m["cache_hits"] == 0 and m["cache_read_s"] == 0.0
+  assert m["compile_s"] > 0 and m["trace_s"] > 0
+  jax.clear_caches()  # A fresh start: the program comes from the cache.
+  hit = compile_cache.CompileStats().start()
+  jax.jit(_prog_stats)(x).block_until_ready()
+  hit.stop()
+  hit.stop()  # Idempotent.
+  h = hit.as_dict()
+  assert h["cache_hits"] >= 1 and h["cache_read_s"] > 0
+  assert h["compile_s"] >= h["cache_read_s"]  # The backend's time includes the read.
+  # Stopped: nothing more is counted.
+  jax.clear_caches()
+  jax.jit(_prog_stats)(x).block_until_ready()
+  assert hit.as_dict() == h
