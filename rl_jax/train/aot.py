@@ -9,10 +9,13 @@ each phase is jitted exactly as the training loop jits it, then lowered and comp
 compiler. Phases (`PHASES`):
 
   prefill       `models.prefill` of the B = rl.prompts_per_step prompts into a P + T cache.
-  generate      `sampling.generate`: prefill, then the decode loop of the R = B * G rows
-                (G = rl.group_size, T = sampling.max_new_tokens). The loop stops once every
-                row has ended (`exit_every`); its cost is counted for the worst case, all
-                T - 1 decode steps (the fixed scan's count).
+  generate      the rollout engine of `sampling.engine` (`rl_jax.sampling.engines`): prefill,
+                then the decode loop of the R = B * G rows (G = rl.group_size,
+                T = sampling.max_new_tokens). 'stop' (the default) ends the loop once every
+                row has ended; 'refill' decodes S = sampling.num_slots rows at a time and
+                refills a slot when its row ends (its KV cache holds S rows, not R). The cost
+                is counted for the worst case, every row to T: T - 1 decode steps of R rows,
+                or ceil(R / S) * (T - 1) steps of S slots.
   ref_logprobs  the reference policy's log-prob pass over the R rows (`rl.num_minibatches`
                 pieces, as `steps.rl_step` runs it).
   rl_step       `steps.rl_step` with the state donated (AdamW state from `rl.optim`).
@@ -51,6 +54,7 @@ import ml_collections
 import numpy as np
 
 from rl_jax import chips, models, parallel, sampling
+from rl_jax.sampling import engines
 from rl_jax.rl import logprobs
 from rl_jax.train import experiment, rl_inputs
 from rl_jax.train import steps as steps_lib
@@ -224,23 +228,41 @@ class _Builder:
                   model_flops=self.flops["prefill"])
 
   def generate(self) -> _Phase:
+    """The rollout as `config.sampling.engine` runs it ('scan' | 'stop' | 'refill')."""
     s, cfg = self.shapes, self.cfg
-    fn = functools.partial(sampling.generate, cfg=cfg, strategy=self.strategy,
-                           max_new_tokens=s.new_tokens, eos_id=1, pad_id=0,
-                           num_samples=s.group)
+    engine = engines.ENGINES.get(self.config.sampling.engine)
+    options = engines.options_from_config(self.config)
+    kw = dict(cfg=cfg, strategy=self.strategy, max_new_tokens=s.new_tokens, eos_id=1, pad_id=0,
+              num_samples=s.group)
+
+    def fn(params, prompt, prompt_mask, rng):
+      return engine(params, prompt, prompt_mask, rng, options=options, **kw).samples
+
     phase = _Phase(jax.jit(fn), (self.params, *self._prompts(s.prompts), self.rng),
                    model_flops=self.flops["generate"])
-    # Up to T - 1 decode steps (a while loop over one-step chunks, `exit_every=1`); XLA counts one.
-    if s.new_tokens > 2:
-      phase.pieces.append((*self._decode_piece(), s.new_tokens - 2))
+    slots = self.decode_slots
+    # Decode steps of the worst case (every row runs to T); XLA counts the loop body once.
+    # scan / stop: T - 1 steps of all R rows. refill: S slots serve the R requests in
+    # ceil(R / S) waves of T - 1 steps (the refill copies of prompt rows are not counted).
+    steps = math.ceil(s.rows / slots) * (s.new_tokens - 1)
+    if steps > 1:
+      phase.pieces.append((*self._decode_piece(slots), steps - 1))
     return phase
 
-  def _decode_piece(self):
+  @property
+  def decode_slots(self) -> int:
+    """Rows one decode step of the rollout runs: R, or refill's S = sampling.num_slots."""
+    rows = self.shapes.rows
+    if self.config.sampling.engine == "refill" and self.config.sampling.num_slots:
+      return min(self.config.sampling.num_slots, rows)
+    return rows
+
+  def _decode_piece(self, rows: int):
     s, cfg, strategy = self.shapes, self.cfg, self.strategy
-    cache = jax.eval_shape(functools.partial(models.init_cache, cfg, s.rows,
+    cache = jax.eval_shape(functools.partial(models.init_cache, cfg, rows,
                                              s.prompt_len + s.new_tokens))
     cache = _batch(self.mesh, cache)
-    tok = _batch(self.mesh, jax.ShapeDtypeStruct((s.rows,), jnp.int32))
+    tok = _batch(self.mesh, jax.ShapeDtypeStruct((rows,), jnp.int32))
 
     def step(params, cache, tok, rng):
       logits, cache = models.decode_step(cfg, params, cache, tok)
@@ -424,7 +446,8 @@ def _compile_all(config, mesh, topology, phases):
          "params": models.num_params(b.params), "dtype": b.cfg.dtype,
          "param_dtype": b.cfg.param_dtype, "prompts": s.prompts, "group": s.group,
          "prompt_len": s.prompt_len, "new_tokens": s.new_tokens, "sft_batch": s.sft_batch,
-         "num_minibatches": b.hyper.num_minibatches}
+         "num_minibatches": b.hyper.num_minibatches, "engine": config.sampling.engine,
+         "decode_slots": b.decode_slots}
   for name in phases:
     phase = getattr(b, name)()
     phase.model_flops /= n_dev  # The model's FLOPs spread over the devices.

@@ -17,6 +17,7 @@ import pytest
 
 from experiments.configs import common
 from rl_jax import models, parallel, sampling
+from rl_jax.sampling import refill
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import logprobs
 from rl_jax.train import experiment, phases
@@ -259,3 +260,33 @@ def test_sampler_same_on_one_device_and_tensor_mesh():
   np.testing.assert_array_equal(eight.mask, one.mask)
   np.testing.assert_allclose(eight.logp, one.logp, atol=ATOL)
   np.testing.assert_allclose(eight.entropy, one.entropy, atol=ATOL)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 1), TENSOR_MESH], ids=["data x fsdp", "tensor"])
+def test_refill_engine_same_on_one_device_and_mesh(shape):
+  """Slot refill under a context mesh (as the loop runs it, `jax.set_mesh`): the slots' KV cache
+  split over the batch shards, the prompt rows gathered into slots across devices; the same
+  tokens, log-probs and entropies as on one device (16 requests in 8 slots, so slots refill)."""
+  params = _params(4)
+  rng = np.random.default_rng(4)
+  prompt, prompt_mask = _left_padded(rng, 8, P)
+  sample = functools.partial(refill.refill_generate, cfg=CFG, strategy=sampling.Sampling(),
+                             max_new_tokens=6, eos_id=1, pad_id=0, num_samples=2, num_slots=8)
+  key = jax.random.key(6)
+  outs = {}
+  for s in ((1, 1, 1), shape):
+    mesh = parallel.make_mesh(s)
+    placed = jax.device_put(params, parallel.tree_shardings(params, mesh))
+    rows = parallel.batch_sharding(mesh, 2, len(prompt))
+    with jax.set_mesh(mesh):
+      outs[s] = sample(placed, jax.device_put(prompt, rows), jax.device_put(prompt_mask, rows),
+                       key)
+  one, many = (jax.device_get(outs[s]) for s in ((1, 1, 1), shape))
+  assert len(outs[shape].samples.tokens.sharding.device_set) == 8
+  assert one.iterations > 6  # More than one wave: slots were refilled.
+  assert one.samples.mask.sum() > 16
+  assert int(many.iterations) == int(one.iterations)
+  np.testing.assert_array_equal(many.samples.tokens, one.samples.tokens)
+  np.testing.assert_array_equal(many.samples.mask, one.samples.mask)
+  np.testing.assert_allclose(many.samples.logp, one.samples.logp, atol=ATOL)
+  np.testing.assert_allclose(many.samples.entropy, one.samples.entropy, atol=ATOL)
