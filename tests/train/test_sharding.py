@@ -262,10 +262,10 @@ def test_sampler_same_on_one_device_and_tensor_mesh():
   np.testing.assert_allclose(eight.entropy, one.entropy, atol=ATOL)
 
 
-@pytest.mark.parametrize("shape", [(2, 4, 1), TENSOR_MESH], ids=["data x fsdp", "tensor"])
-def test_refill_engine_same_on_one_device_and_mesh(shape):
-  """Slot refill under a context mesh (as the loop runs it, `jax.set_mesh`): the slots' KV cache
-  split over the batch shards, the prompt rows gathered into slots across devices; the same
+def test_refill_engine_same_on_one_device_and_tensor_mesh():
+  """Slot refill under a context mesh (as the loop runs it, `jax.set_mesh`) of 2 x 2 x 2
+  (data x fsdp x tensor): the slots' KV cache split over the 4 batch shards, the prompt rows
+  gathered into slots across devices, tensor-split weights; the same
   tokens, log-probs and entropies as on one device (16 requests in 8 slots, so slots refill)."""
   params = _params(4)
   rng = np.random.default_rng(4)
@@ -273,7 +273,7 @@ def test_refill_engine_same_on_one_device_and_mesh(shape):
   sample = functools.partial(refill.refill_generate, cfg=CFG, strategy=sampling.Sampling(),
                              max_new_tokens=6, eos_id=1, pad_id=0, num_samples=2, num_slots=8)
   key = jax.random.key(6)
-  outs = {}
+  outs, shape = {}, TENSOR_MESH
   for s in ((1, 1, 1), shape):
     mesh = parallel.make_mesh(s)
     placed = jax.device_put(params, parallel.tree_shardings(params, mesh))
