@@ -130,21 +130,26 @@ def _cost(n: int, d: int, v: int, itemsize: int, row_blocks: int, matmuls: int):
 VMEM_BUDGET = 14 * 2**20
 
 
-def vmem_bytes(kernel: str, block_n: int, block_v: int, d: int, itemsize: int) -> int:
+def vmem_bytes(kernel: str, block_n: int, block_v: int, d: int, itemsize: int,
+               vocab_major: bool = False) -> int:
   """Scoped VMEM of one kernel's double-buffered blocks plus its float32 logit tile.
 
   kernel: 'fwd', 'dh' or 'dw'. Per-token [block_n, 1] vectors take whole (8, 128) float32 tiles.
+  With W stored [D, V] (vocab_major False), Mosaic keeps one more copy of the [D, block_v] W
+  block (seen compiling Qwen3-8B's separate bfloat16 lm_head, D=4096, for a v5p: the forward's
+  (256, 512) tile asked for 17.48 MiB where the blocks alone are 13.75), so it is counted.
   """
   vec = 2 * block_n * 128 * 4
   h, w, tile = block_n * d * itemsize, d * block_v * itemsize, block_n * block_v * 4
+  relayout = 0 if vocab_major else w
   if kernel == "fwd":
-    return 2 * (h + w) + 5 * vec + tile
+    return 2 * (h + w) + 5 * vec + tile + relayout
   out = block_n * d * 4 if kernel == "dh" else d * block_v * 4
-  return 2 * (h + w + out) + 5 * vec + tile
+  return 2 * (h + w + out) + 5 * vec + tile + relayout
 
 
 def fit_blocks(kernel: str, block_n: int, block_v: int, d: int, itemsize: int,
-               budget: int = VMEM_BUDGET) -> tuple[int, int]:
+               budget: int = VMEM_BUDGET, vocab_major: bool = False) -> tuple[int, int]:
   """(block_n, block_v) no larger than the given ones whose `vmem_bytes` fit `budget`.
 
   Halves block_v (down to 128 columns), then block_n (down to 16 rows), so a block_n that
@@ -154,7 +159,7 @@ def fit_blocks(kernel: str, block_n: int, block_v: int, d: int, itemsize: int,
   Raises:
     ValueError: not even a [16, 128] tile fits (a very wide model).
   """
-  while vmem_bytes(kernel, block_n, block_v, d, itemsize) > budget:
+  while vmem_bytes(kernel, block_n, block_v, d, itemsize, vocab_major) > budget:
     if block_v > 128:
       block_v = max(128, block_v // 2 // 128 * 128)
     elif block_n > 16:
@@ -171,7 +176,8 @@ def forward(hidden, unembedding, targets, *, transform: common.Transform, block_
   """-> (logp [N], entropy [N], lse [N]) float32; N % block_n == 0; W [D, V] or [V, D]."""
   n, d = hidden.shape
   v = unembedding.shape[0 if vocab_major else 1]
-  block_n, block_v = fit_blocks("fwd", block_n, block_v, d, hidden.dtype.itemsize)
+  block_n, block_v = fit_blocks("fwd", block_n, block_v, d, hidden.dtype.itemsize,
+                                vocab_major=vocab_major)
   n_cols = pl.cdiv(v, block_v)
   stat = jax.ShapeDtypeStruct((n_cols, n, 1), jnp.float32)
   stats = pl.pallas_call(
@@ -200,7 +206,7 @@ def backward(hidden, unembedding, targets, lse, entropy, g_logp, g_ent, *,
       a.reshape(n, 1) for a in (lse, entropy, g_logp, g_ent))
   kw = dict(transform=transform, n_vocab=v, entropy_grad=entropy_grad, vocab_major=vocab_major)
   size = hidden.dtype.itemsize
-  block_n, block_v = fit_blocks("dh", block_n, block_v, d, size)
+  block_n, block_v = fit_blocks("dh", block_n, block_v, d, size, vocab_major=vocab_major)
   n_rows, n_cols = n // block_n, pl.cdiv(v, block_v)
   dh = pl.pallas_call(
       functools.partial(_dh_kernel, **kw),
@@ -214,7 +220,7 @@ def backward(hidden, unembedding, targets, lse, entropy, g_logp, g_ent, *,
       name="logprob_bwd_dh",
   )(*args)
   # The [D, block_v] float32 accumulator of d_unembedding gets its own (narrower) tile.
-  block_n, block_v = fit_blocks("dw", block_n, block_v, d, size)
+  block_n, block_v = fit_blocks("dw", block_n, block_v, d, size, vocab_major=vocab_major)
   n_rows, n_cols = n // block_n, pl.cdiv(v, block_v)
   dw = pl.pallas_call(
       functools.partial(_dw_kernel, **kw),

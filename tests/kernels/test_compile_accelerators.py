@@ -38,7 +38,10 @@ def _logprob_args(d, dtype, vocab_major, sharding=None):
 
 @pytest.mark.parametrize("d,dtype,vocab_major", [
     (2048, jnp.bfloat16, True),    # Qwen3-1.7B: tied embedding, used as stored.
-    (1024, jnp.float32, False)])   # A separate lm_head in float32.
+    (1024, jnp.float32, False),    # A separate lm_head in float32.
+    # Qwen3-8B's separate bfloat16 lm_head, [D, V]: Mosaic keeps a second copy of the W block,
+    # which `vmem_bytes` once left out (the forward asked for 17.48 MiB of 16).
+    (4096, jnp.bfloat16, False)])
 def test_tpu_logprob_kernels_compile_with_tuned_blocks(tpu_device, d, dtype, vocab_major):
   blocks = tuned("tpu", jnp.dtype(dtype).name)
   kw = dict(transform=common.Transform(temperature=0.7), block_n=blocks.block_n,
@@ -64,6 +67,10 @@ def test_tpu_tile_fitting():
       assert kernel_tpu.vmem_bytes(kernel, bn, bv, d, 2) <= kernel_tpu.VMEM_BUDGET
       assert bv % 128 == 0 and 256 % bn == 0
   assert kernel_tpu.fit_blocks("fwd", 256, 2048, 576, 2) == (256, 2048)  # Small D: unchanged.
+  # The [D, V] layout counts the second W block Mosaic keeps; [V, D] does not.
+  assert (kernel_tpu.vmem_bytes("fwd", 256, 512, 4096, 2)
+          == kernel_tpu.vmem_bytes("fwd", 256, 512, 4096, 2, vocab_major=True) + 4096 * 512 * 2)
+  assert kernel_tpu.fit_blocks("fwd", 256, 2048, 4096, 2) == (256, 256)
   with pytest.raises(ValueError, match="d_model=1000000"):
     kernel_tpu.fit_blocks("dw", 256, 2048, 1_000_000, 4)
 
