@@ -97,10 +97,10 @@ class CompileStats:
 
   `compile_s` is the backend's time for every program made inside the block: XLA's compile on
   a cache miss, reading and loading the executable on a hit (`cache_read_s` is the hit's share).
-  On XLA:CPU a hit on a large program can cost about its compile (jax 0.10.2: SmolLM2's
-  `rl_step` read back in 17.6 s, compiled in 18.0 s), so `cache_hits` alone does not say time was
-  saved; benchmarks/README.md ("First step") has the numbers. Events of other threads in the
-  same process are counted too.
+  On XLA:CPU a hit on a large program is far from free (jax 0.10.2: SmolLM2's `rl_step` read
+  back in 9.2 s against a 22.8 s compile, 17.6 s beside another compile job), so `cache_hits`
+  alone does not say how much time was saved; benchmarks/README.md ("First-step ratio") has the
+  numbers. Events of other threads in the same process are counted too.
   """
 
   def __init__(self):
