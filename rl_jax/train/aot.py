@@ -54,8 +54,8 @@ import ml_collections
 import numpy as np
 
 from rl_jax import chips, models, parallel, sampling
-from rl_jax.sampling import engines
 from rl_jax.rl import logprobs
+from rl_jax.sampling import engines
 from rl_jax.train import experiment, rl_inputs
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.phases import hyper_from_config

@@ -17,9 +17,9 @@ import pytest
 
 from experiments.configs import common
 from rl_jax import models, parallel, sampling
-from rl_jax.sampling import refill
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import logprobs
+from rl_jax.sampling import refill
 from rl_jax.train import experiment, phases
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.state import TrainState, make_optimizer
