@@ -82,10 +82,18 @@ def stop_engine(params, prompt, prompt_mask, rng, *, options: EngineOptions, **k
   return _linear(params, prompt, prompt_mask, rng, exit_every=options.exit_every, **kw)
 
 
+def decode_rows(engine: str, options: EngineOptions, rows: int) -> int:
+  """Rows one decode step of `engine` runs for `rows` requested rows: 'refill''s S =
+  options.num_slots (at most `rows`; 0 = all), every other engine all of them."""
+  if engine == "refill" and options.num_slots:
+    return min(options.num_slots, rows)
+  return rows
+
+
 @ENGINES.register("refill")
 def refill_engine(params, prompt, prompt_mask, rng, *, options: EngineOptions,
                   **kw) -> EngineResult:
-  slots = min(options.num_slots, prompt.shape[0] * kw.get("num_samples", 1))
+  slots = decode_rows("refill", options, prompt.shape[0] * kw.get("num_samples", 1))
   out = refill.refill_generate(params, prompt, prompt_mask, rng, num_slots=slots, **kw)
   return EngineResult(samples=out.samples, slot_steps=out.slot_steps)
 

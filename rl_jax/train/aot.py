@@ -230,14 +230,8 @@ class _Builder:
   def generate(self) -> _Phase:
     """The rollout as `config.sampling.engine` runs it ('scan' | 'stop' | 'refill')."""
     s, cfg = self.shapes, self.cfg
-    engine = engines.ENGINES.get(self.config.sampling.engine)
-    options = engines.options_from_config(self.config)
-    kw = dict(cfg=cfg, strategy=self.strategy, max_new_tokens=s.new_tokens, eos_id=1, pad_id=0,
-              num_samples=s.group)
-
-    def fn(params, prompt, prompt_mask, rng):
-      return engine(params, prompt, prompt_mask, rng, options=options, **kw).samples
-
+    fn = functools.partial(engines.from_config(self.config), cfg=cfg, strategy=self.strategy,
+                           max_new_tokens=s.new_tokens, eos_id=1, pad_id=0, num_samples=s.group)
     phase = _Phase(jax.jit(fn), (self.params, *self._prompts(s.prompts), self.rng),
                    model_flops=self.flops["generate"])
     slots = self.decode_slots
@@ -252,10 +246,8 @@ class _Builder:
   @property
   def decode_slots(self) -> int:
     """Rows one decode step of the rollout runs: R, or refill's S = sampling.num_slots."""
-    rows = self.shapes.rows
-    if self.config.sampling.engine == "refill" and self.config.sampling.num_slots:
-      return min(self.config.sampling.num_slots, rows)
-    return rows
+    return engines.decode_rows(self.config.sampling.engine,
+                               engines.options_from_config(self.config), self.shapes.rows)
 
   def _decode_piece(self, rows: int):
     s, cfg, strategy = self.shapes, self.cfg, self.strategy
