@@ -44,5 +44,9 @@ class Registry:
   def names(self) -> Iterable[str]:
     return sorted(self._table)
 
+  def entries(self) -> list[tuple[str, Callable]]:
+    """(name, function) pairs in registration order (for registries whose order matters)."""
+    return list(self._table.items())
+
   def __contains__(self, name: str) -> bool:
     return name in self._table

@@ -55,7 +55,7 @@ class Rollout:
       sum over its tokens with `step_of == h` (`rl.process_rewards` documents what each method
       puts there).
     policy_version: [R, T] int32 RL step whose parameters drew each completion token (-1 off
-      the mask), or None. Set by APRIL partial rollouts (`train.april`), whose carried rows mix
+      the mask), or None. Set by APRIL partial rollouts (`rollout.april`), whose carried rows mix
       versions; the update does not read it (the off-policy correction is TIS on `logp`).
   """
 

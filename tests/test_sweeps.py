@@ -20,7 +20,8 @@ from experiments import report
 from experiments.configs import ladder as ladder_config
 from experiments.sweeps import estimators, ladder_baselines, launch, value_priors
 from rl_jax.metrics import MetricsWriter
-from rl_jax.train import experiment, init_from, loop, phases, rollouts
+from rl_jax.rollout import checks
+from rl_jax.train import experiment, init_from, loop, phases
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -43,7 +44,7 @@ def test_ladder_baselines_sweep_applies_to_the_ladder_config():
     config = ladder_config.get_config()
     overrides = {k: v for k, v in run.items() if k != "name"}
     config.update_from_flattened_dict(overrides)  # A mistyped key raises here.
-    rollouts.check_config(config)
+    checks.check_config(config)
     assert all(config[k.split(".")[0]] is not None for k in overrides)
   by_name = {r["name"]: r for r in runs}
   assert by_name["mc_grpo_seed2"]["rl.group_size"] == 5  # G = 4 (+1 pivot).
@@ -56,7 +57,7 @@ def test_value_priors_sweep_applies_to_the_ladder_config():
   for run in runs:
     config = ladder_config.get_config()
     config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
-    rollouts.check_config(config)
+    checks.check_config(config)
     assert config.rl.advantage == "v05" and config.rl.group_size == 4
 
 

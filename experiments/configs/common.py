@@ -108,7 +108,7 @@ def base() -> ml_collections.ConfigDict:
                                          length_buckets=0, seed=-1,
                                          optim=optim(1e-3, warmup_steps=50, schedule="cosine",
                                                      end_lr_frac=0.1, weight_decay=0.01)))
-  # RL (rl_jax/train/steps.py RLHyper and rl_jax/train/rollouts.py document each field).
+  # RL (rl_jax/train/steps.py RLHyper and rl_jax/rollout/collect.py document each field).
   # group_size is the rows per prompt: MC-GRPO with G=2 (+1 pivot) is group_size=3.
   c.rl = ml_collections.ConfigDict(dict(
       steps=100, prompts_per_step=32, group_size=8, advantage="grpo",
@@ -132,16 +132,16 @@ def base() -> ml_collections.ConfigDict:
       # and soft overlong punishment over the last overlong_buffer tokens (0 = off).
       dynamic_sampling=False, max_gen_rounds=4, overlong_buffer=0,
       overlong_penalty_factor=1.0,
-      # Rollout mode (rl_jax/train/rollouts.py): 'iid' | 'latr' | 'eptree' | 'treepo' | 'echo'
+      # Rollout mode (rl_jax/rollout/engines.py): 'iid' | 'latr' | 'eptree' | 'treepo' | 'echo'
       # (ALGORITHMS.md §3) | 'arrol' (§6.6, options in `arrol` below).
       rollout="iid",
-      # Planner (rl_jax/train/planner.py). max_group_size G_max > 0 turns on ragged groups: the
+      # Planner (rl_jax/rollout/planner.py). max_group_size G_max > 0 turns on ragged groups: the
       # batch is `rows` R_max rows (0 = prompts_per_step * group_size), prompt b gets n_b <= G_max
       # of them from `allocator` (rl_jax.rl.allocation, ALGORITHMS.md §6; 'uniform' =
       # group_size each) with the budget B x group_size rows and the options of `allocation`
       # (`allocation()` above); allocator_prior: a prior (rl_jax.value.priors) whose p_hat /
       # sigma0_sq the allocator sees ('' = none). round_rules: extra round rules
-      # (rl_jax/train/round_rules.py) besides those dynamic_sampling, advantage='v05' and
+      # (rl_jax/rollout/rules.py) besides those dynamic_sampling, advantage='v05' and
       # allocation.probe add.
       rows=0, max_group_size=0, allocator="uniform", allocation=allocation(),
       allocator_prior="", round_rules=(),
@@ -196,7 +196,7 @@ def base() -> ml_collections.ConfigDict:
       # TreePO (rl_jax/sampling/treepo.py): segments of segment_len tokens, first_width paths
       # from the prompt, each live path becomes `branches` paths at a boundary (G leaves).
       treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2)),
-      # APRIL partial rollouts (rl_jax/train/april.py, ALGORITHMS.md §7): launch `groups` groups
+      # APRIL partial rollouts (rl_jax/rollout/april.py, ALGORITHMS.md §7): launch `groups` groups
       # per step (0 = 2 x prompts_per_step), stop decoding once prompts_per_step of them are
       # complete, carry the rest (tokens, log-probs, per-token policy versions) into the next
       # step. Needs tis_cap > 0 (the off-policy correction), rollout='iid', dense groups.

@@ -357,7 +357,7 @@ def select_leaves(rewards: np.ndarray, num_leaves: int, keep,
     rewards: [B·num_leaves] scalar rewards.
     num_leaves: Lv, leaves per prompt.
     keep: leaves kept per prompt (<= Lv): one int (dense groups of G), or n_b per prompt [B]
-      (ragged groups, `train.ragged_trees`); equal counts draw exactly as the int.
+      (ragged groups, `rollout.engines`); equal counts draw exactly as the int.
     rng: host generator.
 
   Returns:

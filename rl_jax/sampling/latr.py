@@ -147,7 +147,7 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     exempt_tokens: optional bool [V]: a branch whose divergent token is marked is never pruned
       (the reference's `keep_math_symbols` intent).
     budgets: optional int [B] in [0, K]: root b may use only its first k_b slots (ragged groups,
-      `train.ragged_trees`); the others never receive a branch, are never filled and stay
+      `rollout.engines`); the others never receive a branch, are never filled and stay
       masked, and the exit rule counts Σ_b k_b slots (a finished root counts as k_b). None = K
       each (the same computation).
 

@@ -5,7 +5,7 @@ a partial completion from an earlier step: its `prefix` [R, T] (the tokens it al
 right-padded, `prefix_mask`) is re-prefilled after the prompt under the current parameters, and
 decoding continues from there. The loop ends as soon as `target_groups` groups have every row
 finished (EOS or T completion tokens), or when every row has finished; rows still unfinished
-then are returned as they are, to be carried into the next step (`rl_jax.train.april`).
+then are returned as they are, to be carried into the next step (`rl_jax.rollout.april`).
 
 Why the prefix and not its KV cache: the cached keys/values were computed by the old
 parameters, so reusing them would condition the new policy's tokens on stale activations (the

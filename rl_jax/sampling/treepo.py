@@ -102,7 +102,7 @@ def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
   """Grows one TreePO tree per left-padded prompt [B, P] with G = `group` leaves each.
 
   budgets: optional int [B], 1 <= n_b <= G: prompt b's tree has a budget of n_b leaves (ragged
-  groups, `train.ragged_trees`): only the first n_b of its G slots are ever used (its first
+  groups, `rollout.engines`): only the first n_b of its G slots are ever used (its first
   min(first_width, n_b) paths start there, forks take free slots among them), the other slots
   decode nothing that is counted and hold copies of its first leaf (`filled`), so the rows
   b·G … b·G + n_b − 1 are TreePO's own tree of n_b leaves. None = G each (identical draws).

@@ -199,12 +199,9 @@ def check(config: ml_collections.ConfigDict) -> None:
                       f"{v0.num_heads}: expected query_dim to be a multiple of num_heads")
   rl = _get(config, "rl")
   if rl is not _MISSING and "rewards" in rl:
-    from rl_jax.train import rollouts  # pylint: disable=g-import-not-at-top (a cycle otherwise)
-    from rl_jax.train import allocate  # pylint: disable=g-import-not-at-top
+    from rl_jax.rollout import checks  # pylint: disable=g-import-not-at-top (a cycle otherwise)
     try:
-      if "allocation" in rl:
-        allocate.check_config(config)
-      rollouts.check_config(config)
+      checks.check_config(config)
     except ValueError as e:
       raise ConfigError(str(e)) from e
   if rl is not _MISSING and "process_reward" in rl:

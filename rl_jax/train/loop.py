@@ -32,7 +32,8 @@ from rl_jax import compile_cache, data, models, parallel, sampling
 from rl_jax.data import ladder
 from rl_jax.evals import runner as eval_runner
 from rl_jax.metrics import MetricsWriter, plot_curves
-from rl_jax.train import config_check, evaluate, experiment, init_from, phases, planner, signals
+from rl_jax.rollout import requests as requests_lib
+from rl_jax.train import config_check, evaluate, experiment, init_from, phases, signals
 
 SUMMARY_FILE = "summary.json"
 EVALS_FILE = "evals.json"
@@ -162,8 +163,8 @@ def control_steps(config: ml_collections.ConfigDict, prompt_len: int, demo_len: 
     return int(config.control.steps)
   rl = config.rl
   b, t = rl.prompts_per_step, config.sampling.max_new_tokens
-  r = planner.batch_rows(config)  # B·G, or R_max for ragged groups (whose prompts are not shared)
-  shared = rl.shared_prompts and not planner.is_ragged(config)
+  r = requests_lib.batch_rows(config)  # B·G, or R_max for ragged groups (whose prompts are not shared)
+  shared = rl.shared_prompts and not requests_lib.is_ragged(config)
   rows = (b * prompt_len + r * t) if shared else r * (prompt_len + t)
   forward_only = int(bool(rl.kl_coef)) + int(bool(rl.tis_cap))
   rl_step = (b * prompt_len + r * t) + (forward_only + 3 * rl.num_iterations) * rows

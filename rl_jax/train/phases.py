@@ -18,29 +18,23 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
-from rl_jax import models, parallel
+from rl_jax import models, parallel, seeds
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import LengthBuckets
 from rl_jax.metrics import MetricsWriter, ProgressBar
-from rl_jax.train import april, experiment, planner, rollouts, signals
+from rl_jax.rollout import checks, collect, pool
+from rl_jax.rollout.requests import StepContext
+from rl_jax.train import companions as companions_lib
+from rl_jax.train import experiment, signals
+from rl_jax.train import hyper as hyper_lib
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.experiment import Experiment
 from rl_jax.train.state import TrainState, make_optimizer
-from rl_jax.types import Rollout, SFTBatch, Tree
-from rl_jax.value import run_v0
-from rl_jax.value.history import RolloutHistory
+from rl_jax.types import SFTBatch
 
 _log = logging.getLogger(__name__)
 
-# Integer tags that separate the random streams of different phases.
-PHASE_TAGS = {"sft": 1, "rl": rollouts.RL_TAG, "sft_more": 3, "eval": 4,
-              "rl_round": rollouts.EXTRA_ROUND_TAG, "rl_extend": rollouts.EXTEND_TAG,
-              "rl_alloc": rollouts.allocate.ALLOC_TAG}
-
-
-# The RL phase's rollout history, exported when the phase ends (`value.history` JSON lines).
-HISTORY_FILE = "history.jsonl"
-
+PHASE_TAGS = seeds.PHASE_TAGS  # TEMP until merge
 
 class Interrupted(Exception):
   """Raised when `config.interrupt_at` asks the run to stop (a simulated preemption)."""
@@ -275,104 +269,31 @@ def _injected_nan_step(exp: Experiment) -> int:
   return int(k)
 
 
-def rl_hyper(exp: Experiment) -> steps_lib.RLHyper:
-  return hyper_from_config(exp.config)
-
-
-def _advantage_options(config) -> dict:
-  """`config.rl.advantage_options`, plus `v05.scale_by_std` / `v05.std_eps` for 'v05'."""
-  opts = config.rl.advantage_options.to_dict()
-  if config.rl.advantage == "v05":
-    opts.setdefault("scale_by_std", bool(config.rl.v05.scale_by_std))
-    opts.setdefault("eps", float(config.rl.v05.std_eps))
-  return opts
-
-
-def hyper_from_config(config) -> steps_lib.RLHyper:
-  """`config.rl` (and the rollout temperature) -> the static RLHyper of `steps.rl_step`."""
-  rl = config.rl
-  return steps_lib.RLHyper(
-      group_size=rl.group_size, advantage=rl.advantage,
-      advantage_options=tuple(sorted(_advantage_options(config).items())),
-      loss=rl.loss, clip_low=rl.clip_low, clip_high=rl.clip_high, clip_ratio_c=rl.clip_ratio_c,
-      kl_coef=rl.kl_coef, kl_kind=rl.kl_kind, kl_in_reward=rl.kl_in_reward,
-      aggregation=rl.aggregation, temperature=config.sampling.temperature,
-      sft_coef=rl.sft_coef, reward_weights=tuple(float(w) for w in rl.reward_weights),
-      num_minibatches=rl.num_minibatches, num_iterations=rl.num_iterations, tis_cap=rl.tis_cap,
-      shared_prompts=rl.shared_prompts,
-      num_groups=rl.prompts_per_step if planner.is_ragged(config) else 0,
-      max_group_size=rl.max_group_size, **_process_hyper(config))
-
-
-def _process_hyper(config) -> dict:
-  """RLHyper's process-reward fields (none for configs without `rl.process_reward`)."""
-  if "process_reward" not in config.rl or config.rl.process_reward == "none":
-    return {}
-  from rl_jax.value import process  # pylint: disable=import-outside-toplevel
-  return {"process_reward": config.rl.process_reward,
-          "process_options": process.estimator_options(config)}
-
-
 def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> PhaseResult:
   """GRPO-family RL from the SFT policy, with the SFT policy as the frozen reference.
 
-  The phase keeps the rollout history (`value.history.RolloutHistory`: every round's attempts
-  and successes per prompt and step) in its checkpoints' meta, so a resumed run has the history
-  of an uninterrupted one, and writes it to WORKDIR/history.jsonl when the phase ends. With
-  V0 (`value.run_v0`), V0's state rides in the same meta and its calibration joins every
-  evaluation's metrics; so does ARRoL's quality head (`value.quality_head`, rollout='arrol').
+  The run companions (`train.companions`: the rollout history, APRIL's carry, V0, ARRoL's head,
+  the process-reward scorer) keep their state in the checkpoints' meta, so a resumed run has the
+  state of an uninterrupted one; each step is `rollout.collect.rollout` -> companions'
+  `after_rollout` -> `steps.rl_step` -> companions' `after_step`.
   """
   cfg = exp.config.rl
-  rollouts.check_config(exp.config)
+  checks.check_config(exp.config)
   # Every iteration on a rollout is an optimizer update: the schedule counts all of them.
   tx = make_optimizer(cfg.optim, cfg.steps * cfg.num_iterations)
   stream = problem_stream(exp, "rl", cfg.prompts_per_step)
   ckpt = _ckpt(exp, "rl", stream)
   state, start, meta, state_sh = _restore_or_init(exp, ckpt, sft_params, tx)
-  history = (RolloutHistory.from_state(meta["history"]) if "history" in meta
-             else RolloutHistory())
-  carry = None  # APRIL's carried groups (config.rl.partial), checkpointed in the same meta
-  if april.enabled(exp.config):
-    carry = (april.Carry.from_state(meta["april"]) if "april" in meta
-             else april.Carry.empty(exp.max_new_tokens))
-  v0 = run_v0.RunV0.build(exp)  # V0 (config.value.v0), its state in the same meta
-  if v0 is not None:
-    v0.load_meta(meta)
-    eval_fn = v0.wrap_eval(eval_fn)
-  from rl_jax.value import quality_head  # pylint: disable=import-outside-toplevel
-  arrol_run = quality_head.ArrolRun.build(exp)  # ARRoL's online head (rollout='arrol')
-  if arrol_run is not None:
-    arrol_run.load_meta(meta)
-  hyper = rl_hyper(exp)
+  companions = companions_lib.build(exp, sft_params, start, meta)
+  for c in companions.values():
+    eval_fn = c.wrap_eval(eval_fn)
+  hyper = hyper_lib.hyper_from_config(exp.config)
   params_sh = parallel.tree_shardings(sft_params, exp.mesh)
-  r = planner.batch_rows(exp.config)
-  p, t = exp.train_prompts.shape[1], exp.max_new_tokens
-  example = Rollout(prompt_tokens=np.zeros((r, p), np.int32), prompt_mask=np.zeros((r, p), bool),
-                    tokens=np.zeros((r, t), np.int32), mask=np.zeros((r, t), bool),
-                    logp=np.zeros((r, t), np.float32), group=np.zeros(r, np.int32),
-                    valid=np.zeros(r, bool))
-  if cfg.advantage == "v05":  # the rollout carries (p0, w) per row (round_rules.V05Extra)
-    example = example.replace(prior=np.zeros((r, 2), np.float32))
-  if cfg.rollout == "eptree":  # the rollout carries its tree (for the tree advantages)
-    n = rollouts.eptree_options(exp.config).max_nodes
-    b = cfg.prompts_per_step
-    example = example.replace(tree=Tree(
-        parent=np.zeros((b, n), np.int32), depth=np.zeros((b, n), np.int32),
-        leaf_node=np.zeros((r, n), bool), node_of=np.zeros((r, t), np.int32)))
-  if carry is not None:  # the rollout carries every token's policy version
-    example = example.replace(policy_version=np.zeros((r, t), np.int32))
-  scorer = None
-  if "process_reward" in cfg and cfg.process_reward != "none":  # step rewards in the batch
-    from rl_jax.value import process  # pylint: disable=import-outside-toplevel
-    scorer = process.ProcessScorer(exp, sft_params)
-    if scorer.online:  # the online PRM (prime, oprl) is checkpointed beside the policy
-      c = exp.config.checkpoint
-      scorer.attach_checkpointer(Checkpointer(checkpoint_dir(exp.workdir, "rl_prm"),
-                                              save_every=c.every, max_to_keep=c.max_to_keep),
-                                 start)
-    example = example.replace(step_of=np.zeros((r, t), np.int32),
-                              step_rewards=np.zeros((r, t), np.float32))
+  example = pool.example_batch(exp)
+  for c in companions.values():
+    example = c.example(example)
   batch_sh = _batch_shardings(exp, example)
+  r = example.tokens.shape[0]
   rewards_sh = _batch_shardings(exp, np.zeros((r, len(cfg.rewards)), np.float32))
   step_jit = jax.jit(
       functools.partial(steps_lib.rl_step, model_cfg=exp.model_cfg, hyper=hyper),
@@ -382,11 +303,12 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   nan_step = _injected_nan_step(exp)
 
   def step_fn(state, step):
-    batch, rewards, host_metrics = rollouts.rollout(exp, _compute_params(exp, state.params), step,
-                                                    stream, history, carry)
-    if scorer is not None:
-      batch, process_metrics = scorer.score(batch, rewards, state.params)
-      host_metrics = dict(host_metrics, **process_metrics)
+    ctx = StepContext(exp, _compute_params(exp, state.params), step, stream,
+                      companions=companions_lib.rollout_state(companions))
+    batch, rewards, host_metrics = collect.rollout(ctx)
+    for c in companions.values():
+      batch, more = c.after_rollout(batch, rewards, state.params)
+      host_metrics = dict(host_metrics, **more)
     if step + 1 == nan_step:  # config.inject_nan_at: a fault test of the non-finite guard.
       rewards = np.full_like(rewards, np.nan)
     # The sampler's outputs are device arrays committed to its own sharding, and jit does not
@@ -394,22 +316,24 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
     # arrays, of which each process places its own rows).
     batch = parallel.put_global(batch, batch_sh)
     state, metrics = step_jit(state, sft_params, batch, parallel.put_global(rewards, rewards_sh))
-    if v0 is not None:  # support refresh; training every config.value.v0.train_every steps
-      host_metrics = dict(host_metrics, **v0.after_step(history, state.params, step))
+    for c in companions.values():
+      host_metrics = dict(host_metrics, **c.after_step(state.params, step))
     return state, dict(metrics, **host_metrics)
 
+  def extra_meta():
+    out = {}
+    for c in companions.values():
+      out.update(c.meta())
+    return out
+
+  def before_save(step):
+    for c in companions.values():
+      c.before_save(step)
+
   state, seconds = _run_steps(exp, "rl", (state, start, meta), cfg.steps, step_fn, writer, ckpt,
-                              eval_fn=eval_fn, eval_every=cfg.eval_every,
-                              extra_meta=lambda: {"history": history.state(),
-                                                  **(v0.meta() if v0 is not None else {}),
-                                                  **({} if carry is None
-                                                     else {"april": carry.state()}),
-                                                  **(arrol_run.meta() if arrol_run else {})},
-                              before_save=(scorer.save if scorer is not None and scorer.online
-                                           else None))
+                              eval_fn=eval_fn, eval_every=cfg.eval_every, extra_meta=extra_meta,
+                              before_save=before_save)
   ckpt.close()
-  if scorer is not None:
-    scorer.close()
-  if parallel.is_primary():
-    history.to_jsonl(os.path.join(exp.workdir, HISTORY_FILE))
+  for c in companions.values():
+    c.close()
   return PhaseResult(state.params, seconds, cfg.steps)

@@ -202,7 +202,7 @@ def _tree_per_prompt(rollout: Rollout, name: str, g: int) -> Tree:
 
 
 def _ragged_tree(rollout: Rollout, name: str, num_groups: int, grouped) -> Tree:
-  """`rollout.tree` of a ragged batch (`train.ragged_trees`): parent/depth [B, N] per group as
+  """`rollout.tree` of a ragged batch (`rollout.engines`): parent/depth [B, N] per group as
   they are; leaf_node [R, N] and node_of [R, T] scattered to [B, G_max, ...] like the rewards,
   so padding rows (and rows past G_max) are no leaf of any node."""
   tree = _checked_tree(rollout, name, num_groups)

@@ -264,7 +264,8 @@ def test_bad_options_raise_named_errors(field, value, match):
 
 
 def test_config_checks(smoke_config):
-  from rl_jax.train import config_check, rollouts  # pylint: disable=g-import-not-at-top
+  from rl_jax.rollout import checks  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import config_check  # pylint: disable=g-import-not-at-top
   smoke_config.rl.rollout = "echo"
   config_check.check(smoke_config)  # the defaults are valid
   for field, value, match in (("top_k", 0, r"config.rl.echo.top_k=0: expected an integer >= 1"),
@@ -277,7 +278,7 @@ def test_config_checks(smoke_config):
       config_check.check(bad)
   smoke_config.rl.dynamic_sampling = True
   with pytest.raises(ValueError, match="not supported with rollout='echo'"):
-    rollouts.check_config(smoke_config)
+    checks.check_config(smoke_config)
 
 
 def test_ladder_smoke_with_echo_rollouts(tmp_path):

@@ -108,11 +108,13 @@ def test_engines_by_name(setup):
 def test_refill_engine_in_rl_rollout(smoke_config, tmp_path):
   """config.sampling.engine='refill' through the RL rollout: the batch's shapes, and its
   behaviour log-probs equal the trainer's."""
-  from rl_jax.train import experiment, phases, rollouts  # pylint: disable=g-import-not-at-top
+  from rl_jax.rollout import collect  # pylint: disable=g-import-not-at-top
+  from rl_jax.rollout.requests import StepContext  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import experiment, phases  # pylint: disable=g-import-not-at-top
   smoke_config.sampling.update(engine="refill", num_slots=5)
   exp = experiment.build(smoke_config, str(tmp_path))
   params = phases.init_params(exp)
-  batch, rewards, _ = rollouts.rollout(exp, params, 0)
+  batch, rewards, _ = collect.rollout(StepContext(exp, params, 0))
   rows = smoke_config.rl.prompts_per_step * smoke_config.rl.group_size
   assert batch.tokens.shape == (rows, smoke_config.sampling.max_new_tokens)
   assert rewards.shape == (rows, 1) and batch.mask.any(1).all()

@@ -94,34 +94,37 @@ def test_options_validation():
 
 def test_treepo_rollout_mode_through_rl_inputs(smoke_config, tmp_path):
   """config.rl.rollout='treepo': the RL batch carries the tree and the 'treepo' advantage runs."""
-  from rl_jax.train import experiment, phases, rl_inputs, rollouts  # pylint: disable=g-import-not-at-top
+  from rl_jax.rollout import checks, collect  # pylint: disable=g-import-not-at-top
+  from rl_jax.rollout.requests import StepContext  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import experiment, phases, rl_inputs  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import hyper as hyper_lib  # pylint: disable=g-import-not-at-top
   smoke_config.rl.update(rollout="treepo", advantage="treepo")
   smoke_config.rl.treepo.update(segment_len=2, first_width=2, branches=2)
-  rollouts.check_config(smoke_config)
+  checks.check_config(smoke_config)
   exp = experiment.build(smoke_config, str(tmp_path))
   params = phases.init_params(exp)
-  batch, rewards, metrics = rollouts.rollout(exp, params, 0)
+  batch, rewards, metrics = collect.rollout(StepContext(exp, params, 0))
   rows, t = smoke_config.rl.prompts_per_step * smoke_config.rl.group_size, exp.max_new_tokens
   assert batch.tokens.shape == (rows, t) and batch.tree.node_of.shape == (rows, t)
   assert metrics["rollout_tokens"] <= metrics["batch_tokens"]  # Shared prefixes decoded once.
   adv, weight, _ = rl_inputs.advantages(jnp.asarray(rewards), batch,
-                                        phases.hyper_from_config(smoke_config))
+                                        hyper_lib.hyper_from_config(smoke_config))
   assert adv.shape == (rows, t) and np.isfinite(np.asarray(adv)).all()
   smoke_config.rl.dynamic_sampling = True
   with pytest.raises(ValueError, match="not supported with rollout='treepo'"):
-    rollouts.check_config(smoke_config)
+    checks.check_config(smoke_config)
 
 
 def test_engine_sweep_applies_to_the_ladder_config():
   from experiments.configs import ladder  # pylint: disable=g-import-not-at-top
   from experiments.sweeps import engine  # pylint: disable=g-import-not-at-top
-  from rl_jax.train import rollouts  # pylint: disable=g-import-not-at-top
+  from rl_jax.rollout import checks  # pylint: disable=g-import-not-at-top
   runs = engine.get_sweep()
   assert len(runs) == 3 * len(engine.VARIANTS)
   for run in runs:
     config = ladder.get_config()
     config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
-    rollouts.check_config(config)
+    checks.check_config(config)
     assert (config.rl.rollout == "treepo") == run["name"].startswith("treepo")
 
 

@@ -16,6 +16,7 @@ import os
 
 import pytest
 
+from rl_jax import workdir
 from rl_jax.metrics import METRICS_FILE, read_metrics
 from rl_jax.train import loop, phases
 from rl_jax.value.history import RolloutHistory
@@ -74,8 +75,8 @@ def _assert_same_run(reference, resumed):
   assert {"v0/loss", "v0/brier", "baseline_past_rate/coverage"} <= set(rl[4])
   # The rollout history (checkpointed in the RL meta) is the uninterrupted run's: 4 steps x 4
   # prompts, one record each.
-  want_h = RolloutHistory.from_jsonl(os.path.join(reference, phases.HISTORY_FILE))
-  got_h = RolloutHistory.from_jsonl(os.path.join(resumed, phases.HISTORY_FILE))
+  want_h = RolloutHistory.from_jsonl(os.path.join(reference, workdir.HISTORY_FILE))
+  got_h = RolloutHistory.from_jsonl(os.path.join(resumed, workdir.HISTORY_FILE))
   assert len(want_h) == 16 and got_h == want_h
   assert sorted(set(want_h.records()["step"].tolist())) == [0, 1, 2, 3]
   assert (want_h.records()["attempts"] == 4).all()

@@ -6,9 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rl_jax import workdir
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import advantages
-from rl_jax.train import experiment, phases, planner, rounds, rollouts
+from rl_jax.rollout import checks, collect
+from rl_jax.rollout import requests as requests_lib
+from rl_jax.train import experiment, phases
+from rl_jax.train import hyper as hyper_lib
 from rl_jax.types import Rollout
 from rl_jax.value import priors, v05
 from rl_jax.value.history import RolloutHistory
@@ -114,17 +118,17 @@ def v05_config(smoke_config):
 def test_extra_rounds_on_a_fake_engine(v05_config):
   """Slot 0 always succeeds: it rejects p0=0.5 at n=4 and n=8 (4, then 8 more rows) and stops at
   n_max=16 with w=0; slot 1 has 3 of 4 (accepted: w=0.8621)."""
-  g, v = planner.layout(np.array([4, 4]), 8)
+  g, v = requests_lib.layout(np.array([4, 4]), 8)
   draw = lambda k: (*_rows(g, v, [1, 1, 1, 1, 1, 1, 1, 0]), {}, np.array([10, 11]))
   asked = []
 
   def extend(k, req):
     asked.append((k, req.prompt_ids.tolist(), req.counts.tolist(), req.slots.tolist()))
-    g2, v2 = planner.layout(req.counts, req.total)
+    g2, v2 = requests_lib.layout(req.counts, req.total)
     return _rows(g2, v2, np.ones(req.total))
 
   history = RolloutHistory()
-  batch, rewards, metrics = rounds.collect(draw, v05_config, extend=extend, history=history,
+  batch, rewards, metrics = collect.collect(draw, v05_config, extend=extend, history=history,
                                            step=3, context={"prior": _FixedPrior(0.5, 0.01)})
   # Round 1: slot 0 doubled (4 rows); round 2: slot 0 at 8 of 8 still rejected -> 8 more (24
   # rows in all, the batch's R_max); then n = 16 = n_max.
@@ -141,10 +145,10 @@ def test_extra_rounds_on_a_fake_engine(v05_config):
 
 def test_extra_rounds_stop_when_the_batch_is_full(v05_config):
   v05_config.rl.rows = 12  # Room for one doubling of slot 0 (4 rows), not the next (8 rows).
-  g, v = planner.layout(np.array([4, 4]), 8)
+  g, v = requests_lib.layout(np.array([4, 4]), 8)
   draw = lambda k: (*_rows(g, v, [1, 1, 1, 1, 1, 1, 1, 0]), {}, np.array([10, 11]))
-  extend = lambda k, req: _rows(*planner.layout(req.counts, req.total), np.ones(req.total))
-  batch, _, metrics = rounds.collect(draw, v05_config, extend=extend,
+  extend = lambda k, req: _rows(*requests_lib.layout(req.counts, req.total), np.ones(req.total))
+  batch, _, metrics = collect.collect(draw, v05_config, extend=extend,
                                      context={"prior": _FixedPrior(0.5, 0.01)})
   assert metrics["gen_rounds"] == 2 and metrics["v05/short"] == 1
   assert metrics["v05/group_size_mean"] == 6.0 and batch.valid.all()
@@ -153,18 +157,18 @@ def test_extra_rounds_stop_when_the_batch_is_full(v05_config):
 def test_v05_options_reach_the_estimator(smoke_config):
   smoke_config.rl.advantage = "v05"
   smoke_config.rl.v05.update(scale_by_std=True, std_eps=1e-4)
-  opts = dict(phases.hyper_from_config(smoke_config).advantage_options)
+  opts = dict(hyper_lib.hyper_from_config(smoke_config).advantage_options)
   assert opts == {"scale_by_std": True, "eps": 1e-4}
 
 
 def test_v05_config_errors(smoke_config):
   smoke_config.rl.advantage = "v05"
   with pytest.raises(ValueError, match="v05.n_max <= max_group_size"):
-    rollouts.check_config(smoke_config)
+    checks.check_config(smoke_config)
   smoke_config.rl.update(max_group_size=16)
   smoke_config.rl.v05.prior = "oracle"
   with pytest.raises(ValueError, match="config.rl.v05.prior='oracle'"):
-    rollouts.check_config(smoke_config)
+    checks.check_config(smoke_config)
 
 
 def test_rl_phase_with_v05(smoke_config, tmp_path):
@@ -181,5 +185,5 @@ def test_rl_phase_with_v05(smoke_config, tmp_path):
   for r in records:
     assert {"v05/rejected_frac", "v05/w_mean", "v05/extra_rows", "rollout_tokens"} <= set(r)
     assert all(np.isfinite(v) for v in r.values() if isinstance(v, float))
-  saved = RolloutHistory.from_jsonl(tmp_path / phases.HISTORY_FILE)
+  saved = RolloutHistory.from_jsonl(tmp_path / workdir.HISTORY_FILE)
   assert saved.records()["attempts"].sum() >= 2 * 4 * 4

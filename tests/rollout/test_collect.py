@@ -1,6 +1,6 @@
 """DAPO host rollouts: overlong shaping numbers, dynamic sampling with static shapes.
 
-Generation is stubbed (`rollouts.collect` takes the round sampler as a function), so the group
+Generation is stubbed (`collect.collect` takes the round sampler as a function), so the group
 selection is checked exactly; one test runs the real sampler and RL phase on the smoke config.
 """
 
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.train import experiment, phases, rollouts
+from rl_jax.rollout import checks, collect, engines, pool
+from rl_jax.rollout.requests import StepContext
+from rl_jax.train import experiment, phases
 from rl_jax.types import Rollout
 
 T = 5
@@ -19,23 +21,23 @@ T = 5
 def test_overlong_shaping_matches_algorithms_md():
   """§2.2: L_max=20, L_cache=4: L=16 -> 0, L=18 -> -0.5, L=21 -> -1; only column 0 moves."""
   r = np.array([[1.0, 1.0], [1.0, 1.0], [0.0, 1.0]], np.float32)
-  out = rollouts.overlong_shaping(r, np.array([16, 18, 21]), max_len=20, buffer=4)
+  out = pool.overlong_shaping(r, np.array([16, 18, 21]), max_len=20, buffer=4)
   np.testing.assert_allclose(out, [[1.0, 1.0], [0.5, 1.0], [-1.0, 1.0]])
-  np.testing.assert_allclose(rollouts.overlong_shaping(r, np.array([16, 18, 21]), 20, 0), r)
+  np.testing.assert_allclose(pool.overlong_shaping(r, np.array([16, 18, 21]), 20, 0), r)
 
 
 def test_informative_groups():
   """§2.2: groups [1,1,1,1], [0,1,0,0], [0,0,0,0] -> only group 2 is kept."""
   r = np.array([1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0], np.float32)[:, None]
   valid = np.ones(12, bool)
-  np.testing.assert_array_equal(rollouts.informative_groups(r, valid, 4, (), False),
+  np.testing.assert_array_equal(pool.informative_groups(r, valid, 4, (), False),
                                 [False, True, False])
   # Two components: a varying second component makes group 1 informative for GDPO...
   r2 = np.concatenate([r, np.array([1, 0, 1, 1] + [1] * 8, np.float32)[:, None]], 1)
-  np.testing.assert_array_equal(rollouts.informative_groups(r2, valid, 4, (), True),
+  np.testing.assert_array_equal(pool.informative_groups(r2, valid, 4, (), True),
                                 [True, True, False])
   # ... and for a scalar estimator only when the weighted sum varies.
-  np.testing.assert_array_equal(rollouts.informative_groups(r2, valid, 4, (1.0, 0.0), False),
+  np.testing.assert_array_equal(pool.informative_groups(r2, valid, 4, (1.0, 0.0), False),
                                 [False, True, False])
 
 
@@ -67,7 +69,7 @@ def test_dynamic_sampling_keeps_informative_groups_in_order(ds_config):
   rounds = [[1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0],   # Round 0: group 1 informative.
             [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0],   # Round 1: groups 0 and 2.
             [0, 1, 0, 1] * 3]                        # Never drawn: 3 groups already.
-  batch, rewards, metrics = rollouts.collect(_stub(rounds, 4), ds_config)
+  batch, rewards, metrics = collect.collect(_stub(rounds, 4), ds_config)
   assert metrics["gen_rounds"] == 2 and metrics["kept_groups"] == 3
   assert metrics["rollout_tokens"] == 2 * 12 * 4.5
   assert batch.tokens.shape == (12, T) and rewards.shape == (12, 1)
@@ -79,7 +81,7 @@ def test_dynamic_sampling_keeps_informative_groups_in_order(ds_config):
 
 def test_dynamic_sampling_fills_missing_groups_with_invalid_rows(ds_config):
   rounds = [[0] * 12, [1] * 4 + [0, 1, 1, 1] + [0] * 4, [1] * 12]
-  batch, rewards, metrics = rollouts.collect(_stub(rounds, 4), ds_config)
+  batch, rewards, metrics = collect.collect(_stub(rounds, 4), ds_config)
   assert metrics["gen_rounds"] == 3 and metrics["kept_groups"] == 1
   assert batch.tokens.shape == (12, T) and rewards.shape == (12, 1)
   np.testing.assert_array_equal(batch.valid, np.repeat([True, False, False], 4))
@@ -90,7 +92,7 @@ def test_dynamic_sampling_fills_missing_groups_with_invalid_rows(ds_config):
 def test_without_dynamic_sampling_one_round_and_shaping(ds_config):
   ds_config.rl.update(dynamic_sampling=False, overlong_buffer=2)
   rounds = [[1] * 12]
-  batch, rewards, metrics = rollouts.collect(_stub(rounds, 4), ds_config)
+  batch, rewards, metrics = collect.collect(_stub(rounds, 4), ds_config)
   assert metrics["gen_rounds"] == 1 and metrics["kept_groups"] == 3
   # L_max = 5, L_cache = 2: length 5 -> -1, length 4 -> -0.5.
   np.testing.assert_allclose(rewards[:4, 0], [0.0, 0.5, 0.0, 0.5])
@@ -104,7 +106,7 @@ def test_rl_phase_with_dapo_options_keeps_static_shapes(smoke_config, tmp_path):
                          rewards=("task_score", "format"), advantage="gdpo")
   exp = experiment.build(smoke_config, str(tmp_path))
   params = phases.init_params(exp)
-  batch, rewards, metrics = rollouts.rollout(exp, params, 0)
+  batch, rewards, metrics = collect.rollout(StepContext(exp, params, 0))
   rows = smoke_config.rl.prompts_per_step * smoke_config.rl.group_size
   assert batch.tokens.shape == (rows, smoke_config.sampling.max_new_tokens)
   assert rewards.shape == (rows, 2)
@@ -125,7 +127,7 @@ def test_rl_phase_with_dapo_options_keeps_static_shapes(smoke_config, tmp_path):
 
 def test_mix_ratio_schedule():
   schedule = ((0, 1.0), (100, 0.75), (200, 0.5), (300, 0.25))
-  assert [rollouts.mix_ratio(schedule, s) for s in (0, 99, 100, 250, 1000)] == [
+  assert [engines.mix_ratio(schedule, s) for s in (0, 99, 100, 250, 1000)] == [
       1.0, 1.0, 0.75, 0.5, 0.25]
 
 
@@ -143,7 +145,7 @@ def test_tree_rollout_config_errors(smoke_config, field, value, match):
     section, _, key = field.rpartition(".")
     (smoke_config.rl[section] if section else smoke_config.rl)[key] = value
   with pytest.raises(ValueError, match=match):
-    rollouts.check_config(smoke_config)
+    checks.check_config(smoke_config)
 
 
 @pytest.mark.parametrize("mode,advantage", [("latr", "grpo"), ("eptree", "treerl_code")])
@@ -154,7 +156,7 @@ def test_rl_phase_with_tree_rollouts(smoke_config, tmp_path, mode, advantage):
   smoke_config.rl.eptree.update(num_chains=2, forks_per_round=1, branches=2)
   exp = experiment.build(smoke_config, str(tmp_path))
   params = phases.init_params(exp)
-  batch, rewards, metrics = rollouts.rollout(exp, params, 0)
+  batch, rewards, metrics = collect.rollout(StepContext(exp, params, 0))
   g, rows = smoke_config.rl.group_size, smoke_config.rl.prompts_per_step * smoke_config.rl.group_size
   assert batch.tokens.shape == (rows, smoke_config.sampling.max_new_tokens)
   assert rewards.shape == (rows, 1)

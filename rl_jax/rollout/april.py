@@ -21,23 +21,24 @@ has (`config.rl.tis_cap` C > 0 is required): the PPO ratio is taken against the 
 log-probs under the current parameters θ_k, and each token's loss is weighted by
 w_t = min(π_θk(y_t) / μ_v(y_t), C), μ_v the policy of version v that drew the token (its
 recorded log-prob). For tokens drawn this step w_t ≈ 1; for carried tokens it is the truncated
-importance weight between the current and the stale policy (`rl_inputs.tis_weights`).
+importance weight between the current and the stale policy (`train.rl_inputs.tis_weights`).
 
-The carry is checkpointed in the RL phase's meta (`Carry.state()`, JSON: ints and float32
-log-probs, which round-trip exactly), so a resumed run continues the same partial rows.
+The carry is run-companion state (`train.companions`, 'april'): checkpointed in the RL phase's
+meta (`Carry.state()`, JSON: ints and float32 log-probs, which round-trip exactly), so a resumed
+run continues the same partial rows. The planner draws the O - C fresh prompts
+(`planner.draw_prompts`); `launch_requests` puts the carried groups first.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
 
 import numpy as np
 
 from rl_jax import parallel
+from rl_jax.rollout.engines import ENGINES, Served, score
+from rl_jax.rollout.requests import Requests, StepContext
 from rl_jax.sampling import partial
-from rl_jax.train import allocate
-from rl_jax.types import Rollout
 
 
 def enabled(config) -> bool:
@@ -47,39 +48,6 @@ def enabled(config) -> bool:
 def launch_groups(config) -> int:
   """O: groups launched per step (`config.rl.partial.groups`, 0 = 2·B)."""
   return config.rl.partial.groups or 2 * config.rl.prompts_per_step
-
-
-def check_config(config) -> None:
-  """Raises ValueError naming the field when `config.rl.partial` cannot run with the rest of the
-  config."""
-  if "partial" not in config.rl:
-    return
-  rl, opts = config.rl, config.rl.partial
-  if opts.groups < 0:
-    raise ValueError(f"config.rl.partial.groups={opts.groups}: expected 0 (= 2·prompts_per_step) "
-                     "or the groups launched per step, >= prompts_per_step")
-  if not opts.enabled:
-    return
-  if launch_groups(config) < rl.prompts_per_step:
-    raise ValueError(f"config.rl.partial.groups={opts.groups} is below prompts_per_step="
-                     f"{rl.prompts_per_step}; expected 0 or >= prompts_per_step")
-  if rl.tis_cap <= 0:
-    raise ValueError("config.rl.partial.enabled=True with config.rl.tis_cap=0; expected "
-                     "tis_cap > 0 (carried tokens are off-policy and are corrected by truncated "
-                     "importance sampling, e.g. --config.rl.tis_cap=2.0)")
-  clashes = {"rollout": (rl.rollout, "iid"), "max_group_size": (rl.max_group_size, 0),
-             "dynamic_sampling": (rl.dynamic_sampling, False),
-             "round_rules": (tuple(rl.round_rules), ())}
-  for name, (value, want) in clashes.items():
-    if value != want:
-      raise ValueError(f"config.rl.partial.enabled=True with config.rl.{name}={value!r}; "
-                       f"expected {name}={want!r}")
-  if rl.advantage == "v05":
-    raise ValueError("config.rl.partial.enabled=True with config.rl.advantage='v05'; expected "
-                     "another estimator (V0.5 draws extra rounds of its own)")
-  if config.data.source != "memory":
-    raise ValueError(f"config.rl.partial.enabled=True with config.data.source="
-                     f"{config.data.source!r}; expected 'memory'")
 
 
 @dataclasses.dataclass
@@ -159,27 +127,33 @@ def split_groups(complete: np.ndarray, target: int, recycle_finished: bool = Tru
   return chosen, rest[~complete[rest]], rest[complete[rest]]
 
 
-def april_round(exp, params, step: int, carry: Carry, key, rng, score: Callable):
-  """One step's APRIL round: (Rollout of B groups with `policy_version`, raw rewards [B·G, K],
-  host metrics, prompt ids [B]); `carry` is replaced in place by the groups left over.
+def launch_requests(carry: Carry, fresh, group_size: int) -> Requests:
+  """The O groups launched this step: the carried groups first (FIFO), then `fresh` prompts,
+  G rows each."""
+  return Requests.of_group_size(launch_ids(carry.prompt_ids, fresh), group_size)
 
-  score(tokens, mask, prompt_ids) -> (rewards [n, K], host counts), as `planner.sample_requests`.
-  """
-  rl = exp.config.rl
+
+@ENGINES.register("april")
+def april_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
+  """One step's APRIL round over the launched groups (`launch_requests`): the first B complete
+  groups, with `policy_version`, scored; the run's carry (companion 'april') is replaced in place
+  by the groups left over."""
+  del rng
+  exp, rl, step = ctx.exp, ctx.config.rl, ctx.step
+  carry = ctx.companion("april", "config.rl.partial.enabled")
   b, g, t = rl.prompts_per_step, rl.group_size, exp.max_new_tokens
-  o = launch_groups(exp.config)
+  o = launch_groups(ctx.config)
   c = carry.num_groups
   if c > o or carry.tokens.shape[1] != t:
     raise ValueError(f"APRIL carry holds {c} groups of length {carry.tokens.shape[1]}; this "
                      f"config launches {o} groups of {t} tokens (config.rl.partial.groups, "
                      "sampling.max_new_tokens changed on resume?)")
-  fresh = allocate.draw_prompts(exp.config, len(exp.train_prompts), o - c, rng)
-  ids = launch_ids(carry.prompt_ids, fresh)
-  rows = np.repeat(ids, g)
+  ids = requests.prompt_ids
+  rows = requests.row_prompts
   pad = (o - c) * g
   ext = lambda x, v: np.concatenate([x, np.full((pad,) + x.shape[1:], v, x.dtype)])
   out = parallel.to_host(partial.partial_generate(
-      params, exp.train_prompts[rows], exp.train_prompt_mask[rows], ext(carry.tokens, 0),
+      ctx.params, exp.train_prompts[rows], exp.train_prompt_mask[rows], ext(carry.tokens, 0),
       ext(carry.mask, False), ext(carry.logp, 0.0), ext(carry.done, False), key,
       cfg=exp.model_cfg, strategy=exp.rollout_strategy, max_new_tokens=t,
       eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id, group_size=g, target_groups=b))
@@ -191,21 +165,16 @@ def april_round(exp, params, step: int, carry: Carry, key, rng, score: Callable)
   by_group = lambda x, gs: x.reshape(o, g, *x.shape[1:])[gs].reshape(len(gs) * g, *x.shape[1:])
   carry.assign(Carry(ids[left], *(by_group(x, left) for x in (tokens, mask, logp, version,
                                                                 done))))
-  batch_rows = np.repeat(ids[chosen], g)
+  served = Requests.of_group_size(ids[chosen], g)
   sel = {k: by_group(x, chosen) for k, x in dict(tokens=tokens, mask=mask, logp=logp,
-                                                  version=version).items()}
-  rewards, counts = score(sel["tokens"], sel["mask"], batch_rows)
-  batch = Rollout(prompt_tokens=exp.train_prompts[batch_rows],
-                  prompt_mask=exp.train_prompt_mask[batch_rows], tokens=sel["tokens"],
-                  mask=sel["mask"], logp=sel["logp"],
-                  group=np.repeat(np.arange(b), g).astype(np.int32), valid=np.ones(b * g, bool),
-                  policy_version=sel["version"])
+                                                  policy_version=version).items()}
+  rewards, counts = score(exp, sel["tokens"], sel["mask"], served.row_prompts)
   n_tok = max(int(sel["mask"].sum()), 1)
-  stale = sel["mask"] & (sel["version"] < step)
+  stale = sel["mask"] & (sel["policy_version"] < step)
   extra = {"rollout_tokens": int(new.sum()), "april/resumed_groups": c,
            "april/carried_groups": len(left), "april/dropped_groups": len(dropped),
            "april/decode_steps": int(out.steps),
            "april/offpolicy_token_frac": float(stale.sum() / n_tok),
-           "april/max_staleness": int((step - sel["version"])[sel["mask"]].max(initial=0)),
+           "april/max_staleness": int((step - sel["policy_version"])[sel["mask"]].max(initial=0)),
            **counts}
-  return batch, np.asarray(rewards, np.float32), extra, ids[chosen]
+  return Served(sel, np.asarray(rewards, np.float32), extra, served)

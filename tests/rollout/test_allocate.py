@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 
 from experiments.configs import ladder
+from rl_jax import workdir
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.train import allocate, config_check, experiment, phases, rollouts
+from rl_jax.rollout import collect, planner, pool
+from rl_jax.rollout.requests import StepContext
+from rl_jax.train import config_check, experiment, phases
 from rl_jax.value.history import RolloutHistory
 
 
@@ -29,7 +32,7 @@ def test_default_is_uniform_and_checks():
   c = _config()
   config_check.check(c)
   assert c.rl.allocator == "uniform"
-  budget = allocate.budget_from_config(c)
+  budget = planner.budget_from_config(c)
   assert (budget.total, budget.num_prompts) == (16, 4)
 
 
@@ -61,17 +64,17 @@ def test_prompt_stats_window_and_probe():
   h = RolloutHistory()
   h.record(0, [1, 2], [4, 4], [1, 4])
   h.record(3, [1], [4], [3])
-  s = allocate.prompt_stats(h, [1, 2, 9], step=4, history_steps=2,
+  s = planner.history_stats(h, [1, 2, 9], step=4, history_steps=2,
                             probe_attempts=[2, 2, 2], probe_successes=[0, 1, 2])
   assert s.attempts.tolist() == [6, 2, 2] and s.successes.tolist() == [3, 1, 2]
-  s = allocate.prompt_stats(h, [1, 2], step=3)  # all earlier steps, not step 3 itself
+  s = planner.history_stats(h, [1, 2], step=3)  # all earlier steps, not step 3 itself
   assert s.attempts.tolist() == [4, 4] and s.successes.tolist() == [1, 4]
 
 
 def test_allocation_metrics():
   groups = [np.array([1.0, 0, 0, 1]), np.array([0.0, 0]), np.array([1.0] * 10),
             np.array([1.0, 0])]
-  m = allocate.allocation_metrics([4, 2, 10, 2], groups)
+  m = pool.allocation_metrics([4, 2, 10, 2], groups)
   assert (m["alloc/n_min"], m["alloc/n_max"]) == (2, 10)
   assert m["alloc/groups_n2"] == 2 and m["alloc/groups_n3_4"] == 1
   assert m["alloc/groups_n9_16"] == 1
@@ -89,7 +92,7 @@ def _fake_rewards(ids, counts, step):
 
 def _drive(config, steps, history=None):
   """Allocation of `steps` with a fake engine, recording every round in the history."""
-  sa = allocate.StepAllocator(config)
+  sa = planner.StepAllocator(config)
   history = history or RolloutHistory()
   trace = []
   for step in steps:
@@ -130,15 +133,15 @@ def test_resumed_allocation_equals_uninterrupted(overrides):
 
 def test_vade_replay_equals_online_updates():
   c = _config(allocator="vade")
-  sa = allocate.StepAllocator(c)
+  sa = planner.StepAllocator(c)
   h = RolloutHistory()
   h.record(0, [3, 4], [4, 4], [1, 4])
   h.record(1, [3], [2], [2])
   h.record(1, [3], [2], [1])  # a second round of step 1: summed with the first
   online = sa.allocator.observe(sa.allocator.init_state(), [3, 4], [4, 4], [1, 4], 0)
   online = sa.allocator.observe(online, [3], [4], [3], 1)
-  assert allocate.replay(sa.allocator, h, 2) == online
-  assert allocate.replay(sa.allocator, h, 1) == sa.allocator.observe(
+  assert planner.replay(sa.allocator, h, 2) == online
+  assert planner.replay(sa.allocator, h, 1) == sa.allocator.observe(
       sa.allocator.init_state(), [3, 4], [4, 4], [1, 4], 0)
 
 
@@ -165,7 +168,7 @@ def test_probe_round_then_allocation(smoke_config, tmp_path):
               **{"allocation.probe": 2, "allocation.min_n": 2, "allocation.knapsack.min_obs": 2})
   exp = experiment.build(c, str(tmp_path))
   history = RolloutHistory()
-  batch, _, metrics = rollouts.rollout(exp, phases.init_params(exp), 0, history=history)
+  batch, _, metrics = collect.rollout(StepContext(exp, phases.init_params(exp), 0, history=history))
   valid, group = np.asarray(batch.valid), np.asarray(batch.group)
   counts = np.bincount(group[valid], minlength=4)
   assert counts.sum() == 16 and (counts >= 2).all() and (counts <= 8).all()
@@ -181,8 +184,8 @@ def test_dynamic_sampling_with_an_allocator(smoke_config, tmp_path):
   c = _ragged(smoke_config, allocator="xrpo", max_group_size=6, rows=24, dynamic_sampling=True,
               max_gen_rounds=2)
   exp = experiment.build(c, str(tmp_path))
-  batch, _, metrics = rollouts.rollout(exp, phases.init_params(exp), 0,
-                                       history=RolloutHistory())
+  batch, _, metrics = collect.rollout(StepContext(exp, phases.init_params(exp), 0,
+                                       history=RolloutHistory()))
   assert batch.tokens.shape[0] == 24 and metrics["gen_rounds"] in (1, 2)
   assert np.bincount(np.asarray(batch.group)[np.asarray(batch.valid)], minlength=4).max() <= 6
 
@@ -209,7 +212,7 @@ def test_rl_phase_resumed_allocates_as_uninterrupted(smoke_config_factory, tmp_p
               for r in read_metrics(tmp_path / d) if r["phase"] == "rl"} for d in "ab"}
   assert recs["a"][3] == recs["b"][3]
   assert "alloc/effective_groups" in recs["a"][3]
-  h = [RolloutHistory.from_jsonl(tmp_path / d / phases.HISTORY_FILE) for d in "ab"]
+  h = [RolloutHistory.from_jsonl(tmp_path / d / workdir.HISTORY_FILE) for d in "ab"]
   assert h[0] == h[1] and len(set(h[0].records()["prompt_id"].tolist())) <= 12
 
 
@@ -221,7 +224,7 @@ def test_allocation_sweep_applies_to_the_ladder_config():
     c = ladder.get_config()
     c.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
     config_check.check(c)  # A mistyped key raises above, a bad value here.
-    budget = allocate.budget_from_config(c)
+    budget = planner.budget_from_config(c)
     assert budget.total <= 32 * 8 and budget.total == 32 * c.rl.group_size
 
 
@@ -233,7 +236,7 @@ def test_v0_allocator_reads_the_prior_predictions(smoke_config, tmp_path):
   exp = experiment.build(c, str(tmp_path))
   history = RolloutHistory()
   history.record(0, np.arange(300), np.full(300, 4), np.full(300, 2))  # p_hat = 0.5 for all
-  batch, _, metrics = rollouts.rollout(exp, phases.init_params(exp), 1, history=history)
+  batch, _, metrics = collect.rollout(StepContext(exp, phases.init_params(exp), 1, history=history))
   counts = np.bincount(np.asarray(batch.group)[np.asarray(batch.valid)], minlength=4)
   assert counts.tolist() == [4, 4, 4, 4] and metrics["alloc/n_max"] == 4
 
@@ -242,12 +245,12 @@ def test_prompt_pool_is_a_fixed_random_subset(smoke_config_factory):
   """The pool is N distinct train indices from the task seed: the same for every training seed,
   spread over the list (not its first N, which the ladder fills with 2-term chains)."""
   c = smoke_config_factory()
-  assert allocate.prompt_pool(c, 5000) is None  # 0: every train problem.
+  assert planner.prompt_pool(c, 5000) is None  # 0: every train problem.
   c.rl.prompt_pool, c.task.seed = 1000, 0
-  pool = allocate.prompt_pool(c, 30000)
+  pool = planner.prompt_pool(c, 30000)
   assert len(set(pool.tolist())) == 1000 and pool.min() >= 0 and pool.max() < 30000
   assert (np.diff(pool) > 0).all() and pool.max() > 25000 and pool.min() < 5000
   c.seed = 2
-  np.testing.assert_array_equal(allocate.prompt_pool(c, 30000), pool)
+  np.testing.assert_array_equal(planner.prompt_pool(c, 30000), pool)
   c.task.seed = 1
-  assert not np.array_equal(allocate.prompt_pool(c, 30000), pool)
+  assert not np.array_equal(planner.prompt_pool(c, 30000), pool)

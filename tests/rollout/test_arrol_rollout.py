@@ -7,8 +7,11 @@ import jax
 import numpy as np
 import pytest
 
+from rl_jax import seeds
 from rl_jax.sampling import arrol
-from rl_jax.train import config_check, experiment, phases, planner, rollouts
+from rl_jax.rollout import collect, planner
+from rl_jax.rollout.requests import StepContext
+from rl_jax.train import config_check, experiment, phases
 from rl_jax.value import quality_head
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")  # Compiling dominates these tiny shapes.
@@ -24,10 +27,10 @@ def test_batch_holds_the_survivors_only(smoke_config, tmp_path):
   params = phases.init_params(exp)
   rl = smoke_config.rl
   b, g = rl.prompts_per_step, rl.group_size
-  run = quality_head.ArrolRun.of(exp)
+  run = quality_head.ArrolRun(exp)
   n0 = run.options.oversample
   assert (n0, run.options.keep) == (6, 4)
-  batch, rewards, metrics = rollouts.rollout(exp, params, 0)
+  batch, rewards, metrics = collect.rollout(StepContext(exp, params, 0, companions={"arrol": run}))
   # The dense B x G batch: every row valid, group b in rows b·G ..; the pruned rows are absent.
   assert batch.tokens.shape[0] == b * g and np.asarray(batch.valid).all()
   np.testing.assert_array_equal(batch.group, np.repeat(np.arange(b), g))
@@ -35,11 +38,12 @@ def test_batch_holds_the_survivors_only(smoke_config, tmp_path):
   # The batch is the engine's survivors (the untrained head is constant: rows {0, 1, 4, 5} of
   # each group of N0 = 6, which tests/sampling/test_arrol_engine.py shows are the unpruned
   # sampler's rows); the other rows are nowhere in the batch.
-  rng = exp.host_rng(rollouts.RL_TAG, 0)
+  rng = exp.host_rng(seeds.PHASE_TAGS["rl"], 0)
   idx = rng.choice(len(exp.train_prompts), b, replace=False)
   out = arrol.arrol_generate(params, quality_head.init_head(exp.model_cfg.d_model),
                              exp.train_prompts[idx], exp.train_prompt_mask[idx],
-                             planner.round_key(exp, rollouts.RL_TAG, 0, 0), cfg=exp.model_cfg,
+                             planner.round_key(exp, seeds.PHASE_TAGS["rl"], 0, 0),
+                             cfg=exp.model_cfg,
                              strategy=exp.rollout_strategy, max_new_tokens=exp.max_new_tokens,
                              eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id,
                              options=run.options)
@@ -65,17 +69,16 @@ def test_head_state_survives_a_checkpoint_round_trip(smoke_config, tmp_path):
   and calls `load_meta` when it resumes)."""
   exp = _exp(smoke_config, tmp_path)
   params = phases.init_params(exp)
-  run = quality_head.ArrolRun.of(exp)
+  run = quality_head.ArrolRun(exp)
   # A trained, non-constant head: one round on made-up outcomes.
   x = np.random.default_rng(0).normal(size=(16, exp.model_cfg.d_model)).astype(np.float32)
   run.head.fit(x, (x[:, 0] > 0).astype(np.float32))
   meta = json.loads(json.dumps(run.meta()))
-  a = rollouts.rollout(exp, params, 1)
+  a = collect.rollout(StepContext(exp, params, 1, companions={"arrol": run}))
   resumed = quality_head.ArrolRun(exp)  # a new process's head, before and after its meta
   assert float(np.abs(resumed.head.params["head"]["kernel"]).sum()) == 0.0
   resumed.load_meta(meta)
-  exp.__dict__["_arrol_run"] = resumed  # what ArrolRun.of(exp) returns from now on
-  r = rollouts.rollout(exp, params, 1)
+  r = collect.rollout(StepContext(exp, params, 1, companions={"arrol": resumed}))
   np.testing.assert_array_equal(a[0].tokens, r[0].tokens)
   assert a[2] == r[2]
   for u, v in zip(jax.tree_util.tree_leaves((run.head.params, run.head.opt_state)),

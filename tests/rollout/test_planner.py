@@ -8,7 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rl_jax.train import experiment, phases, planner, rl_inputs, round_rules, rounds, rollouts
+from rl_jax.rollout import checks, collect, pool, rules
+from rl_jax.rollout import requests as requests_lib
+from rl_jax.rollout.requests import StepContext
+from rl_jax.train import experiment, phases, rl_inputs
 from rl_jax.train.steps import RLHyper
 from rl_jax.types import Rollout
 from rl_jax.value.history import RolloutHistory
@@ -17,16 +20,16 @@ T = 3
 
 
 def test_layout_packs_requests_and_pads():
-  group, valid = planner.layout(np.array([2, 0, 3]), 8)
+  group, valid = requests_lib.layout(np.array([2, 0, 3]), 8)
   np.testing.assert_array_equal(group, [0, 0, 2, 2, 2, 3, 3, 3])
   np.testing.assert_array_equal(valid, [1, 1, 1, 1, 1, 0, 0, 0])
   with pytest.raises(ValueError, match="ask for 5 rows but the batch holds 4"):
-    planner.layout(np.array([2, 3]), 4)
+    requests_lib.layout(np.array([2, 3]), 4)
   with pytest.raises(ValueError, match="counts must be >= 0"):
-    planner.Requests([1, 2], [1, -1])
+    requests_lib.Requests([1, 2], [1, -1])
   with pytest.raises(ValueError, match="one length"):
-    planner.Requests([1, 2], [1])
-  assert [planner.engine_rows(n, 12) for n in (1, 2, 3, 5, 9, 12)] == [1, 2, 4, 8, 12, 12]
+    requests_lib.Requests([1, 2], [1])
+  assert [requests_lib.engine_rows(n, 12) for n in (1, 2, 3, 5, 9, 12)] == [1, 2, 4, 8, 12, 12]
 
 
 def _rows(group, valid, first_token=0):
@@ -45,11 +48,11 @@ def ragged_config(smoke_config):
 
 def test_ragged_collect_packs_rows_and_records_history(ragged_config):
   """Counts [3, 1, 2] in 8 engine rows -> a 10-row batch, padding invalid with reward 0."""
-  group, valid = planner.layout(np.array([3, 1, 2]), 8)
+  group, valid = requests_lib.layout(np.array([3, 1, 2]), 8)
   r = np.array([1, 0, 1, 1, 0, 0, 9, 9], np.float32)[:, None]
   draw = lambda k: (_rows(group, valid), r, {}, np.array([7, 8, 9]))
   history = RolloutHistory()
-  batch, rewards, metrics = rounds.collect(draw, ragged_config, history=history, step=5)
+  batch, rewards, metrics = collect.collect(draw, ragged_config, history=history, step=5)
   np.testing.assert_array_equal(batch.group, [0, 0, 0, 1, 2, 2, 3, 3, 3, 3])
   np.testing.assert_array_equal(batch.valid, [1] * 6 + [0] * 4)
   assert not batch.mask[6:].any() and batch.mask[:6].all()
@@ -59,7 +62,7 @@ def test_ragged_collect_packs_rows_and_records_history(ragged_config):
   assert rec.tolist() == [(7, 5, 3, 2), (8, 5, 1, 1), (9, 5, 2, 0)]
 
 
-class _TopUp(round_rules.RoundRule):
+class _TopUp(rules.RoundRule):
   """A test rule: once, asks 2 more rows for every slot with fewer than 3."""
 
   def __init__(self, config, context):
@@ -71,27 +74,27 @@ class _TopUp(round_rules.RoundRule):
       return None
     self.asked = True
     small = np.flatnonzero(pool.sizes() < 3)
-    return planner.Requests(np.asarray(pool.slot_prompt)[small], np.full(len(small), 2), small)
+    return requests_lib.Requests(np.asarray(pool.slot_prompt)[small], np.full(len(small), 2), small)
 
 
-if "_test_top_up" not in round_rules.ROUND_RULES:
-  round_rules.ROUND_RULES.register("_test_top_up")(_TopUp)
+if "_test_top_up" not in rules.ROUND_RULES:
+  rules.ROUND_RULES.register("_test_top_up")(_TopUp)
 
 
 def test_extra_rows_join_their_slots(ragged_config):
   ragged_config.rl.round_rules = ("_test_top_up",)
-  group, valid = planner.layout(np.array([3, 1, 2]), 6)
+  group, valid = requests_lib.layout(np.array([3, 1, 2]), 6)
   draw = lambda k: (_rows(group, valid), np.arange(6, dtype=np.float32)[:, None], {},
                     np.array([7, 8, 9]))
   asked = []
 
   def extend(k, requests):
     asked.append((k, requests.prompt_ids.tolist(), requests.slots.tolist()))
-    g, v = planner.layout(requests.counts, 4)
+    g, v = requests_lib.layout(requests.counts, 4)
     return _rows(g, v, 100), 100 + np.arange(4, dtype=np.float32)[:, None], {}
 
   history = RolloutHistory()
-  batch, rewards, metrics = rounds.collect(draw, ragged_config, extend=extend,
+  batch, rewards, metrics = collect.collect(draw, ragged_config, extend=extend,
                                            history=history, step=1)
   assert asked == [(1, [8, 9], [1, 2])]
   assert metrics["gen_rounds"] == 2
@@ -153,7 +156,7 @@ def test_planner_config_errors(smoke_config, field, value, match):
   if field == "max_group_size":
     smoke_config.rl.group_size = 4
   with pytest.raises(ValueError, match=match):
-    rollouts.check_config(smoke_config)
+    checks.check_config(smoke_config)
 
 
 def test_engine_round_on_ragged_rows(smoke_config, tmp_path):
@@ -164,7 +167,7 @@ def test_engine_round_on_ragged_rows(smoke_config, tmp_path):
   exp = experiment.build(smoke_config, str(tmp_path))
   params = phases.init_params(exp)
   history = RolloutHistory()
-  batch, rewards, metrics = rollouts.rollout(exp, params, 0, history=history)
+  batch, rewards, metrics = collect.rollout(StepContext(exp, params, 0, history=history))
   assert batch.tokens.shape == (20, smoke_config.sampling.max_new_tokens)
   np.testing.assert_array_equal(batch.valid, np.arange(20) < 16)
   np.testing.assert_array_equal(batch.group[:16], np.repeat(np.arange(4), 4))
@@ -173,8 +176,8 @@ def test_engine_round_on_ragged_rows(smoke_config, tmp_path):
   assert len(history) == 4 and (history.records()["attempts"] == 4).all()
   dense_config = smoke_config.copy_and_resolve_references()
   dense_config.rl.update(max_group_size=0, rows=0)
-  dense, dense_rewards, _ = rollouts.rollout(dataclasses.replace(exp, config=dense_config),
-                                             params, 0)
+  dense, dense_rewards, _ = collect.rollout(StepContext(
+      dataclasses.replace(exp, config=dense_config), params, 0))
   np.testing.assert_array_equal(batch.tokens[:16], dense.tokens)
   np.testing.assert_array_equal(rewards[:16], dense_rewards)
 

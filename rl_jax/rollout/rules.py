@@ -1,10 +1,10 @@
 """Round rules: host-side rules run after every generation round of a step (DESIGN.md §7).
 
-`rounds.collect` runs planner -> engine -> rules: after each round every active rule looks at the
-`Pool` (all rows drawn so far, grouped by slot = one prompt's group) and may ask for more:
+`collect.collect` runs planner -> engine -> rules: after each round every active rule looks at the
+`pool.Pool` (all rows drawn so far, grouped by slot = one prompt's group) and may ask for more:
 
 * `FRESH`: another round of fresh prompts drawn by the planner (new slots);
-* a `planner.Requests` with `slots` set: extra rows for prompts already in the pool.
+* a `Requests` with `slots` set: extra rows for prompts already in the pool.
 
 When no rule asks for more (or `config.rl.max_gen_rounds` rounds have run), the first rule whose
 `select` returns a choice picks the batch's B slots (and which of them are kept, valid); without
@@ -14,84 +14,25 @@ Rules are registered in `ROUND_RULES` as factories `make(config, context) -> rul
 a dict with what some rules need (`exp`, `params`, `step`, `history`; tests may pass a `prior`).
 After assembly each rule's `finish` may add fields to the batch. `active_rules(config)`
 lists the rules a config turns on: 'dapo_dynamic' with `rl.dynamic_sampling`, 'v05_extra' with
-`rl.advantage='v05'`, 'allocation_probe' (rl_jax/train/allocate.py) with `rl.allocation.probe`
+`rl.advantage='v05'`, 'allocation_probe' with `rl.allocation.probe`
 > 0, and any names in `rl.round_rules`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Optional
-
 import numpy as np
 
 from rl_jax.registry import Registry
-from rl_jax.rl import losses
+from rl_jax.rl.advantages import v05
+from rl_jax.rollout import planner
+from rl_jax.rollout import requests as requests_lib
+from rl_jax.rollout.pool import Pool
+from rl_jax.rollout.requests import Requests
+from rl_jax.value import priors
+from rl_jax.value.history import RolloutHistory
 
 ROUND_RULES = Registry("round rule")
 FRESH = "fresh"
-
-
-@dataclasses.dataclass
-class Pool:
-  """The rows of a step's generation rounds so far.
-
-  rollouts / shaped / raw: per round, the host `Rollout` and its shaped and raw rewards [R_k, K].
-  slot_rows: per slot, indices into the rounds' rows concatenated (valid rows only).
-  slot_prompt: per slot, the prompt id (-1 when the engine did not say).
-  """
-
-  rollouts: list = dataclasses.field(default_factory=list)
-  shaped: list = dataclasses.field(default_factory=list)
-  raw: list = dataclasses.field(default_factory=list)
-  slot_rows: list = dataclasses.field(default_factory=list)
-  slot_prompt: list = dataclasses.field(default_factory=list)
-  _offset: int = 0
-
-  def add(self, rollout, shaped, raw, slots: np.ndarray, prompt_ids: Optional[np.ndarray]):
-    """Adds a round. Row r joins slot `slots[rollout.group[r]]` (-1 = a new slot); rows with
-    valid=False join no slot. Returns the slot of each request of the round."""
-    group, valid = np.asarray(rollout.group), np.asarray(rollout.valid)
-    targets = []
-    for b, s in enumerate(np.asarray(slots, np.int64)):
-      if s < 0:
-        s = len(self.slot_rows)
-        self.slot_rows.append(np.zeros(0, np.int64))
-        self.slot_prompt.append(-1 if prompt_ids is None else int(prompt_ids[b]))
-      rows = np.flatnonzero((group == b) & valid) + self._offset
-      self.slot_rows[s] = np.concatenate([self.slot_rows[s], rows])
-      targets.append(s)
-    self.rollouts.append(rollout)
-    self.shaped.append(np.asarray(shaped, np.float32))
-    self.raw.append(np.asarray(raw, np.float32))
-    self._offset += len(group)
-    return np.asarray(targets, np.int64)
-
-  @property
-  def num_slots(self) -> int:
-    return len(self.slot_rows)
-
-  def all_shaped(self) -> np.ndarray:
-    return np.concatenate(self.shaped)
-
-  def all_raw(self) -> np.ndarray:
-    return np.concatenate(self.raw)
-
-  def sizes(self) -> np.ndarray:
-    return np.asarray([len(r) for r in self.slot_rows], np.int64)
-
-  def informative(self, weights, multi_reward: bool) -> np.ndarray:
-    """bool [slots]: the slot's estimator input is not constant over its rows (scalar estimators
-    see `Σ_k w_k r_k`, multi-reward ones each component)."""
-    r = self.all_shaped()
-    w = np.ones(r.shape[1], np.float32) if not weights else np.asarray(weights, np.float32)
-    cols = r if multi_reward else (r @ w)[:, None]
-    out = np.zeros(self.num_slots, bool)
-    for s, rows in enumerate(self.slot_rows):
-      if len(rows):
-        x = cols[rows].T[None]  # [1, K', n]
-        out[s] = bool(np.asarray(losses.dapo_informative_groups(x, np.ones(x.shape, bool))).any())
-    return out
 
 
 def active_rules(config) -> tuple[str, ...]:
@@ -115,7 +56,7 @@ class RoundRule:
   """Base: asks for nothing, selects nothing, reports no metrics."""
 
   def after_round(self, pool: Pool, round_idx: int):
-    """None, `FRESH`, or a `planner.Requests` with `slots` set (extra rows for those slots)."""
+    """None, `FRESH`, or a `Requests` with `slots` set (extra rows for those slots)."""
     del pool, round_idx
     return None
 
@@ -166,7 +107,8 @@ class DapoDynamic(RoundRule):
 
 @ROUND_RULES.register("v05_extra")
 class V05Extra(RoundRule):
-  """V0.5's extra rounds and per-row prior (ALGORITHMS.md §4.2, RECONSTRUCTED; `value.v05`).
+  """V0.5's extra rounds and per-row prior (ALGORITHMS.md §4.2, RECONSTRUCTED;
+  `rl.advantages.v05`).
 
   After each round every slot is tested against its prior p0 (successes = first raw reward
   component > `rl.success_threshold`); a rejected slot below n_max asks for its group to be
@@ -181,18 +123,16 @@ class V05Extra(RoundRule):
   """
 
   def __init__(self, config, context):
-    from rl_jax.train import planner  # pylint: disable=import-outside-toplevel
-    from rl_jax.value import priors, v05  # pylint: disable=import-outside-toplevel
-    from rl_jax.value.history import RolloutHistory  # pylint: disable=import-outside-toplevel
-    self.v05, self.opts = v05, config.rl.v05
+    self.opts = config.rl.v05
     self.threshold = config.rl.success_threshold
-    self.rows = planner.batch_rows(config)
+    self.rows = requests_lib.batch_rows(config)
     self.params = context.get("params")
     self.prior = context.get("prior")
     if self.prior is None:
       history = context.get("history")
       past = RolloutHistory() if history is None else history.truncate(context.get("step", 0))
-      self.prior = priors.make(self.opts.prior, context["exp"], past)
+      self.prior = priors.make(self.opts.prior, context["exp"], past,
+                               context.get("companions", {}))
     self.p0 = np.zeros(0)
     self.s2 = np.zeros(0)
     self.first_reject = np.zeros(0, bool)
@@ -215,21 +155,20 @@ class V05Extra(RoundRule):
 
   def _reject(self, k, n, p0):
     o = self.opts
-    return self.v05.reject(k, np.maximum(n, 1), p0, alpha=o.alpha, test=o.test,
+    return v05.reject(k, np.maximum(n, 1), p0, alpha=o.alpha, test=o.test,
                            clip=tuple(o.p0_clip)) & (n > 0)
 
   def after_round(self, pool, round_idx):
-    from rl_jax.train import planner  # pylint: disable=import-outside-toplevel
     self._predict(pool)
     k, n = self._kn(pool)
     rejected = self._reject(k, n, self.p0)
     if round_idx == 1:
       self.first_reject = rejected.copy()
-    want = np.asarray([self.v05.next_size(m, self.opts.n_max) - m for m in n])
+    want = np.asarray([v05.next_size(m, self.opts.n_max) - m for m in n])
     ask = np.flatnonzero(rejected & (want > 0))
     if not len(ask):
       return None
-    z = np.abs(self.v05.z_statistic(k[ask], np.maximum(n[ask], 1), self.p0[ask],
+    z = np.abs(v05.z_statistic(k[ask], np.maximum(n[ask], 1), self.p0[ask],
                                     tuple(self.opts.p0_clip)))
     left = self.rows - int(n.sum())
     slots, counts = [], []
@@ -244,14 +183,14 @@ class V05Extra(RoundRule):
       return None
     self.extra_rows += int(sum(counts))
     slots = np.asarray(slots, np.int64)
-    return planner.Requests(np.asarray(pool.slot_prompt)[slots], counts, slots)
+    return Requests(np.asarray(pool.slot_prompt)[slots], counts, slots)
 
   def finish(self, pool, batch, slots):
     self._predict(pool)
     k, n = self._kn(pool)
     o = self.opts
     rejected = self._reject(k, n, self.p0)
-    w = np.where(rejected, 0.0, self.v05.fusion_weight(self.p0, self.s2, np.maximum(n, 1),
+    w = np.where(rejected, 0.0, v05.fusion_weight(self.p0, self.s2, np.maximum(n, 1),
                                                        form=o.fusion, clip=tuple(o.p0_clip)))
     group = np.asarray(batch.group)
     inside = (group < len(slots)) & np.asarray(batch.valid)
@@ -272,3 +211,30 @@ class V05Extra(RoundRule):
 
   def metrics(self):
     return dict(self._metrics)
+
+
+@ROUND_RULES.register("allocation_probe")
+class AllocationProbe(RoundRule):
+  """Two-stage allocation (`rl.allocation.probe` > 0): after the probe round, asks once for the
+  rest of the budget as extra rows of the probed prompts (the allocator sees the history with
+  the probe's outcomes)."""
+
+  def __init__(self, config, context):
+    self.config = config
+    self.step = context.get("step", 0)
+    self.history = context.get("history")
+    self.asked = False
+
+  def after_round(self, pool, round_idx):
+    if self.asked:
+      return None
+    self.asked = True
+    if self.history is None:
+      raise ValueError("allocation.probe needs the rollout history (collect(history=...))")
+    ids = np.asarray(pool.slot_prompt, np.int64)
+    rng = planner.alloc_rng(self.config, self.step, 1000 + round_idx)
+    extra = planner.StepAllocator(self.config).second(self.step, ids, self.history, rng)
+    keep = extra > 0
+    if not keep.any():
+      return None
+    return Requests(ids[keep], extra[keep], np.flatnonzero(keep))

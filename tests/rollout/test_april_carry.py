@@ -1,4 +1,4 @@
-"""APRIL's host side (rl_jax/train/april.py): the batch / carry split of ALGORITHMS.md §7, the
+"""APRIL's host side (rl_jax/rollout/april.py): the batch / carry split of ALGORITHMS.md §7, the
 per-token version record, the checkpointed carry (resume == uninterrupted) and the config
 errors."""
 
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.train import april, config_check, experiment, phases
+from rl_jax.rollout import april
+from rl_jax.train import config_check, experiment, phases
 
 
 def test_worked_example_fifo():

@@ -1,4 +1,4 @@
-"""Tree rollouts with ragged groups (rl_jax/train/ragged_trees.py): equal to the dense tree path
+"""Tree rollouts with ragged groups (rl_jax/rollout/engines.py): equal to the dense tree path
 when every n_b = G_max = G, invalid leaves out of every statistic (ALGORITHMS.md §3.2's worked
 tree), the RL phase with EPTree and Knapsack, and the named errors of what is not supported."""
 
@@ -13,8 +13,11 @@ import pytest
 
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import tree_advantages  # noqa: F401  (registers the tree estimators)
-from rl_jax.train import config_check, experiment, phases, ragged_trees, rl_inputs, rollouts
-from rl_jax.train import round_rules, rounds
+from rl_jax.rollout import checks, collect, engines, pool
+from rl_jax.rollout import requests as requests_lib
+from rl_jax.rollout.requests import StepContext
+from rl_jax.train import config_check, experiment, phases, rl_inputs
+from rl_jax.train import hyper as hyper_lib
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.state import TrainState
 from rl_jax.types import Rollout, Tree
@@ -46,8 +49,8 @@ def test_ragged_tree_path_equals_dense(smoke_config, tmp_path, mode):
   out = {}
   for name, config in (("dense", smoke_config), ("ragged", ragged_config)):
     e = dataclasses.replace(exp, config=config)
-    batch, rewards, metrics = rollouts.rollout(e, params, 0)
-    hyper = phases.hyper_from_config(config)
+    batch, rewards, metrics = collect.rollout(StepContext(e, params, 0))
+    hyper = hyper_lib.hyper_from_config(config)
     adv, weight, _ = rl_inputs.advantages(rewards, batch, hyper)
     step_metrics = {"loss": 0.0}
     if mode == "eptree":  # The loss once (a trainer compile per layout): a tree estimator.
@@ -160,10 +163,10 @@ def test_assemble_packs_trees_of_several_rounds(smoke_config):
   """DAPO-like selection over two fresh rounds (slots 0-1, then 2-3): the batch's tree has the
   chosen slots' parent/depth per group and their rows' incidence; padding rows are no leaf."""
   smoke_config.rl.update(prompts_per_step=2, group_size=2, max_group_size=4, rows=6)
-  pool = round_rules.Pool()
+  pool = pool.Pool()
   pool.add(_tree_round((2, 1), 0), np.zeros((3, 1)), np.zeros((3, 1)), np.full(2, -1), None)
   pool.add(_tree_round((3, 2), 2), np.ones((5, 1)), np.ones((5, 1)), np.full(2, -1), None)
-  batch, shaped, _ = rounds.assemble(pool, smoke_config, (np.array([3, 0]), np.ones(2, bool)))
+  batch, shaped, _ = pool.assemble(pool, smoke_config, (np.array([3, 0]), np.ones(2, bool)))
   np.testing.assert_array_equal(batch.group, [0, 0, 1, 1, 2, 2])
   np.testing.assert_array_equal(batch.valid, [1, 1, 1, 1, 0, 0])
   np.testing.assert_array_equal(batch.tree.depth[:, 6], [3, 0])  # slot 3, then slot 0
@@ -173,7 +176,7 @@ def test_assemble_packs_trees_of_several_rounds(smoke_config):
   with pytest.raises(ValueError, match="mixes rounds with and without a tree"):
     pool.add(_tree_round((1,), 4).replace(tree=None), np.ones((1, 1)), np.ones((1, 1)),
              np.full(1, -1), None)
-    rounds.assemble(pool, smoke_config, (np.array([0, 4]), np.ones(2, bool)))
+    pool.assemble(pool, smoke_config, (np.array([0, 4]), np.ones(2, bool)))
 
 
 def test_rl_phase_with_eptree_and_knapsack(smoke_config, tmp_path):
@@ -210,12 +213,12 @@ def test_unsupported_ragged_tree_configs(smoke_config, rl, match):
     section, _, leaf = key.rpartition(".")
     (smoke_config.rl[section] if section else smoke_config.rl)[leaf] = value
   with pytest.raises(ValueError, match=match):
-    rollouts.check_config(smoke_config)
+    checks.check_config(smoke_config)
 
 
 def test_block_rows_and_kept_tokens():
-  np.testing.assert_array_equal(ragged_trees.block_rows([2, 0, 1], 3), [0, 1, 6])
+  np.testing.assert_array_equal(requests_lib.block_rows([2, 0, 1], 3), [0, 1, 6])
   tree = Tree(parent=np.tile(PARENT, (1, 1)), depth=np.tile(DEPTH, (1, 1)),
               leaf_node=np.ones((2, 7), bool), node_of=LEAF_NODES[:2])
   # a1 and a2 share A's 2 tokens: 2 + 2 + 2 distinct tokens.
-  assert ragged_trees.kept_tokens(tree, np.ones((2, 4), bool), np.zeros(2)) == 6
+  assert engines.kept_tokens(tree, np.ones((2, 4), bool), np.zeros(2)) == 6

@@ -1,0 +1,243 @@
+"""Run companions: per-method state that outlives an RL step, behind one small interface.
+
+A companion is what a method keeps across steps and checkpoints: the rollout history, APRIL's
+carried groups, V0's online prior, ARRoL's quality head, the process-reward scorer (and its
+online PRM). The RL phase (`train.phases.rl`) builds every companion the config turns on
+(`build`) and calls the same hooks on each, never naming a method:
+
+* `load_meta(meta)` / `meta()`: state that rides in the RL checkpoint's JSON meta (atomic with
+  the policy), so a resumed run continues exactly;
+* `rollout_state()`: what the rollout boxes read by the companion's name
+  (`rollout.requests.StepContext.companions`; None = nothing);
+* `example(batch)`: fields the companion adds to every RL batch (the jitted step's shapes);
+* `after_rollout(batch, rewards, params)` -> (batch, host metrics): e.g. per-step rewards;
+* `after_step(params, step)` -> host metrics: e.g. V0's support refresh and training;
+* `wrap_eval(eval_fn)`: e.g. V0's calibration joins every held-out evaluation;
+* `before_save(step)`: e.g. the online PRM's checkpoint at the policy's step;
+* `close()`: when the phase ends (e.g. the history written to WORKDIR/history.jsonl).
+
+A new one is one class registered in `COMPANIONS` with a factory
+`make(exp, sft_params, start_step, built) -> Companion | None` (None: not used by this config;
+`built`: the companions made before it, in registration order).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from rl_jax import parallel, workdir
+from rl_jax.checkpoint import Checkpointer
+from rl_jax.registry import Registry
+from rl_jax.rollout import april
+from rl_jax.value import quality_head
+from rl_jax.value.history import RolloutHistory
+from rl_jax.value.prm import process
+from rl_jax.value.v0 import run as run_v0
+
+COMPANIONS = Registry("run companion")
+
+
+class Companion:
+  """The interface; every hook's default does nothing."""
+
+  def load_meta(self, meta: dict) -> None:
+    del meta
+
+  def meta(self) -> dict:
+    return {}
+
+  def rollout_state(self) -> Any:
+    return None
+
+  def example(self, batch):
+    return batch
+
+  def after_rollout(self, batch, rewards: np.ndarray, params) -> tuple[Any, dict]:
+    del rewards, params
+    return batch, {}
+
+  def after_step(self, params, step: int) -> dict:
+    del params, step
+    return {}
+
+  def wrap_eval(self, eval_fn: Optional[Callable]) -> Optional[Callable]:
+    return eval_fn
+
+  def before_save(self, step: int) -> None:
+    del step
+
+  def close(self) -> None:
+    pass
+
+
+def build(exp, sft_params, start_step: int, meta: dict) -> dict[str, Companion]:
+  """The config's companions by name, in registration order, each with its state restored from
+  the checkpoint `meta` ({} for a fresh phase)."""
+  built: dict[str, Companion] = {}
+  for name, make in COMPANIONS.entries():
+    companion = make(exp, sft_params, start_step, built)
+    if companion is not None:
+      companion.load_meta(meta)
+      built[name] = companion
+  return built
+
+
+def rollout_state(companions: dict[str, Companion]) -> dict[str, Any]:
+  """{name: state} of the companions the rollout boxes read."""
+  out = {name: c.rollout_state() for name, c in companions.items()}
+  return {name: s for name, s in out.items() if s is not None}
+
+
+# The file the RL phase's rollout history is exported to when the phase ends (JSON lines).
+HISTORY_FILE = "history.jsonl"
+
+
+class History(Companion):
+  """Every round's attempts and successes per prompt and step (`value.history`): read by the
+  allocators, the round rules and V0; checkpointed; written to WORKDIR/history.jsonl at the end."""
+
+  def __init__(self, path: str):
+    self.path = path
+    self.history = RolloutHistory()
+
+  def load_meta(self, meta):
+    if "history" in meta:
+      self.history = RolloutHistory.from_state(meta["history"])
+
+  def meta(self):
+    return {"history": self.history.state()}
+
+  def rollout_state(self):
+    return self.history
+
+  def close(self):
+    if parallel.is_primary():
+      self.history.to_jsonl(self.path)
+
+
+class V0(Companion):
+  """V0 in the run (`value.v0.run.RunV0`; config.value.v0, or 'v0' named as a prior): refreshed
+  from the history after every step, checkpointed, calibrated at every evaluation; the prior
+  registry's 'v0' entry reads it by name."""
+
+  def __init__(self, run, history: History):
+    self.run, self.history = run, history
+
+  def load_meta(self, meta):
+    self.run.load_meta(meta)
+
+  def meta(self):
+    return self.run.meta()
+
+  def rollout_state(self):
+    return self.run
+
+  def after_step(self, params, step):
+    return self.run.after_step(self.history.history, params, step)
+
+  def wrap_eval(self, eval_fn):
+    return self.run.wrap_eval(eval_fn)
+
+
+class April(Companion):
+  """APRIL's carried groups (`rollout.april.Carry`, config.rl.partial), served by the 'april'
+  engine, which replaces them in place."""
+
+  def __init__(self, max_new_tokens: int):
+    self.carry = april.Carry.empty(max_new_tokens)
+
+  def load_meta(self, meta):
+    if "april" in meta:
+      self.carry = april.Carry.from_state(meta["april"])
+
+  def meta(self):
+    return {"april": self.carry.state()}
+
+  def rollout_state(self):
+    return self.carry
+
+
+class Arrol(Companion):
+  """ARRoL's online quality head and engine options (`value.quality_head.ArrolRun`), read by the
+  'arrol' engine, which trains it on every round's survivors."""
+
+  def __init__(self, run):
+    self.run = run
+
+  def load_meta(self, meta):
+    self.run.load_meta(meta)
+
+  def meta(self):
+    return self.run.meta()
+
+  def rollout_state(self):
+    return self.run
+
+
+class Process(Companion):
+  """Per-step rewards in the RL batch (`value.prm.process.ProcessScorer`, config.rl.
+  process_reward); an online PRM (prime, oprl) is checkpointed beside the policy."""
+
+  def __init__(self, scorer, ckpt: Optional[Checkpointer], start_step: int):
+    self.scorer = scorer
+    if scorer.online:
+      scorer.attach_checkpointer(ckpt, start_step)
+
+  def example(self, batch):
+    r, t = np.asarray(batch.tokens).shape
+    return batch.replace(step_of=np.zeros((r, t), np.int32),
+                         step_rewards=np.zeros((r, t), np.float32))
+
+  def after_rollout(self, batch, rewards, params):
+    return self.scorer.score(batch, rewards, params)
+
+  def before_save(self, step):
+    if self.scorer.online:
+      self.scorer.save(step)
+
+  def close(self):
+    self.scorer.close()
+
+
+# ------------------------------------------------------------------------------ the registry
+# make(exp, sft_params, start_step, built) -> Companion | None, in this order.
+
+
+@COMPANIONS.register("history")
+def _history(exp, sft_params, start_step, built):
+  del sft_params, start_step, built
+  return History(os.path.join(exp.workdir, HISTORY_FILE))
+
+
+@COMPANIONS.register("v0")
+def _v0(exp, sft_params, start_step, built):
+  del sft_params, start_step
+  return V0(run_v0.RunV0.create(exp), built["history"]) if run_v0.wanted(exp.config) else None
+
+
+@COMPANIONS.register("april")
+def _april(exp, sft_params, start_step, built):
+  del sft_params, start_step, built
+  return April(exp.max_new_tokens) if april.enabled(exp.config) else None
+
+
+@COMPANIONS.register("arrol")
+def _arrol(exp, sft_params, start_step, built):
+  del sft_params, start_step, built
+  return Arrol(quality_head.ArrolRun(exp)) if exp.config.rl.rollout == "arrol" else None
+
+
+@COMPANIONS.register("process")
+def _process(exp, sft_params, start_step, built):
+  del built
+  rl = exp.config.rl
+  if "process_reward" not in rl or rl.process_reward == "none":
+    return None
+  scorer = process.ProcessScorer(exp, sft_params)
+  c = exp.config.checkpoint
+  ckpt = (Checkpointer(workdir.checkpoint_dir(exp.workdir, "rl_prm"), save_every=c.every,
+                       max_to_keep=c.max_to_keep) if scorer.online else None)
+  return Process(scorer, ckpt, start_step)
