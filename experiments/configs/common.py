@@ -151,7 +151,7 @@ def base() -> ml_collections.ConfigDict:
       # Rollout history (rl_jax/value/history.py): a rollout succeeds when its first reward
       # component exceeds success_threshold.
       success_threshold=0.5,
-      # V0.5 (rl_jax/value/v05.py, ALGORITHMS.md §4.2, reconstructed [R]): advantage='v05'.
+      # V0.5 (rl_jax/rl/advantages/v05.py, ALGORITHMS.md §4.2, reconstructed [R]): advantage='v05'.
       # prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0'); n0 = group_size
       # rollouts first; the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial'
       # exact tail) at level alpha; rejected prompts get their group doubled up to n_max rows

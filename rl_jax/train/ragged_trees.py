@@ -25,7 +25,7 @@ Invalid leaves never reach the estimators: a round's rollout holds the Σ n_b ke
 batch (`rounds.assemble`) packs them into R_max rows with padding rows valid=False, and
 `assemble_tree` carries the tree with them: parent/depth [B, N] per batch group (slot), leaf_node
 [R_max, N] / node_of [R_max, T] per row (False / 0 on padding rows). `rl_inputs` scatters the rows
-to [B, G_max] + valid like the rewards; the tree estimators (`rl.tree_advantages`) then take node
+to [B, G_max] + valid like the rewards; the tree estimators (`rl.advantages.tree`) then take node
 values as means over valid leaves only, and a node with no valid leaf below it gets advantage 0.
 With every n_b = G_max = G this is the dense tree batch exactly (a test).
 

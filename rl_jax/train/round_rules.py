@@ -166,7 +166,7 @@ class DapoDynamic(RoundRule):
 
 @ROUND_RULES.register("v05_extra")
 class V05Extra(RoundRule):
-  """V0.5's extra rounds and per-row prior (ALGORITHMS.md §4.2, RECONSTRUCTED; `value.v05`).
+  """V0.5's extra rounds and per-row prior (ALGORITHMS.md §4.2, RECONSTRUCTED; `rl.advantages.v05`).
 
   After each round every slot is tested against its prior p0 (successes = first raw reward
   component > `rl.success_threshold`); a rejected slot below n_max asks for its group to be
@@ -182,7 +182,8 @@ class V05Extra(RoundRule):
 
   def __init__(self, config, context):
     from rl_jax.train import planner  # pylint: disable=import-outside-toplevel
-    from rl_jax.value import priors, v05  # pylint: disable=import-outside-toplevel
+    from rl_jax.rl.advantages import v05  # pylint: disable=import-outside-toplevel
+    from rl_jax.value import priors  # pylint: disable=import-outside-toplevel
     from rl_jax.value.history import RolloutHistory  # pylint: disable=import-outside-toplevel
     self.v05, self.opts = v05, config.rl.v05
     self.threshold = config.rl.success_threshold

@@ -12,7 +12,7 @@ import optax
 import pytest
 
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.rl import tree_advantages  # noqa: F401  (registers the tree estimators)
+from rl_jax.rl import advantages  # noqa: F401  (registers the tree estimators)
 from rl_jax.train import config_check, experiment, phases, ragged_trees, rl_inputs, rollouts
 from rl_jax.train import round_rules, rounds
 from rl_jax.train import steps as steps_lib

@@ -1,7 +1,7 @@
 """Tree advantage estimators: leaf rewards on a recorded tree -> token advantages.
 
 ALGORITHMS.md §3.0, §3.2-§3.4. Every estimator is registered in
-`advantages.ADVANTAGES` and has the signature
+`base.ADVANTAGES` and has the signature
 
     fn(rewards, valid, *, tree, mask, **options) -> (adv, weight)
 
@@ -38,15 +38,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from rl_jax.rl import advantages as adv_lib
+from rl_jax.rl.advantages.base import (ADVANTAGES, AdvOut, Array, masked_whiten, prep,
+                                       token_advantages, token_mask)
 from rl_jax.types import Tree
-
-Array = jax.Array
-AdvOut = Tuple[Array, Array]
-
-# Shared with the flat-group estimators: float32 rewards / validity, token mask · validity.
-_prep = adv_lib._prep  # pylint: disable=protected-access
-_token_mask = adv_lib._token_mask  # pylint: disable=protected-access
 
 
 # ----------------------------------------------------------------------------
@@ -96,7 +90,7 @@ def node_values(rewards: Array, valid: Array, leaf_node: Array) -> Tuple[Array, 
     V [B, N] = mean of the valid leaf rewards below n (0 where none) and
     cnt [B, N] = number of valid leaves below n (float32).
   """
-  r, v = _prep(rewards, valid)
+  r, v = prep(rewards, valid)
   inc = jnp.asarray(leaf_node, jnp.float32) * v[..., None]
   cnt = jnp.sum(inc, axis=1)
   val = jnp.sum(inc * r[..., None], axis=1) / jnp.maximum(cnt, 1.0)
@@ -123,7 +117,7 @@ def _finish(adv: Array, v: Array, per_sequence: bool) -> AdvOut:
 # §3.2 TreeRL.
 
 
-@adv_lib.ADVANTAGES.register('treerl_paper')
+@ADVANTAGES.register('treerl_paper')
 def treerl_paper(rewards: Array, valid: Array, *, tree: Optional[Tree] = None,
                  mask: Optional[Array] = None) -> AdvOut:
   """TreeRL, paper form (§3.2): `R(s) = (GA(s) + LA(s)) / sqrt(|L(s)|)`.
@@ -141,12 +135,12 @@ def treerl_paper(rewards: Array, valid: Array, *, tree: Optional[Tree] = None,
     (adv [B, G, T], weight [B, G]).
   """
   tree, mask, per_seq = _resolve(rewards, tree, mask)
-  _, v = _prep(rewards, valid)
+  _, v = prep(rewards, valid)
   val, cnt = node_values(rewards, valid, tree.leaf_node)
   ga = val - val[:, :1]
   la = val - parent_values(val, tree.parent)
   node = jnp.where(cnt > 0, (ga + la) / jnp.sqrt(jnp.maximum(cnt, 1.0)), 0.0)
-  return _finish(node_to_tokens(node, tree.node_of, _token_mask(mask, v)),
+  return _finish(node_to_tokens(node, tree.node_of, token_mask(mask, v)),
                  v, per_seq)
 
 
@@ -155,7 +149,7 @@ def _leave_one_out_centred(rewards: Array, valid: Array) -> Array:
 
   A prompt with a single valid leaf keeps `r̃ = r` (as `rloo`).
   """
-  r, v = _prep(rewards, valid)
+  r, v = prep(rewards, valid)
   n = jnp.sum(v, axis=1, keepdims=True)
   s = jnp.sum(r * v, axis=1, keepdims=True)
   loo = (s - r) / jnp.maximum(n - 1.0, 1.0)
@@ -175,7 +169,7 @@ def _segment_token_counts(node_of: Array, mask: Array, num_nodes: int) -> Array:
   return tot.reshape(b, num_nodes)
 
 
-@adv_lib.ADVANTAGES.register('treerl_code')
+@ADVANTAGES.register('treerl_code')
 def treerl_code(rewards: Array, valid: Array, *, tree: Optional[Tree] = None,
                 mask: Optional[Array] = None,
                 overall_norm: Optional[str] = None) -> AdvOut:
@@ -202,8 +196,8 @@ def treerl_code(rewards: Array, valid: Array, *, tree: Optional[Tree] = None,
   if overall_norm not in (None, 'none', 'step', 'token'):
     raise ValueError(f"overall_norm must be None, 'step' or 'token', got {overall_norm!r}")
   tree, mask, per_seq = _resolve(rewards, tree, mask)
-  _, v = _prep(rewards, valid)
-  m = _token_mask(mask, v)
+  _, v = prep(rewards, valid)
+  m = token_mask(mask, v)
   val, cnt = node_values(_leave_one_out_centred(rewards, valid), valid, tree.leaf_node)
   used = cnt > 0
   if overall_norm in ('step', 'token'):
@@ -222,7 +216,7 @@ def treerl_code(rewards: Array, valid: Array, *, tree: Optional[Tree] = None,
 # §3.3 TreePO.
 
 
-@adv_lib.ADVANTAGES.register('treepo')
+@ADVANTAGES.register('treepo')
 def treepo(rewards: Array, valid: Array, *, tree: Optional[Tree] = None,
            mask: Optional[Array] = None, combine: str = 'average',
            whiten: bool = True) -> AdvOut:
@@ -249,8 +243,8 @@ def treepo(rewards: Array, valid: Array, *, tree: Optional[Tree] = None,
   if combine not in ('average', 'group_size'):
     raise ValueError(f"combine must be 'average' or 'group_size', got {combine!r}")
   tree, mask, per_seq = _resolve(rewards, tree, mask)
-  r, v = _prep(rewards, valid)
-  m = _token_mask(mask, v)
+  r, v = prep(rewards, valid)
+  m = token_mask(mask, v)
   val, cnt = node_values(rewards, valid, tree.leaf_node)
   record = (jnp.asarray(tree.depth) == 0) | (cnt > 1)                     # [B, N]
   w = record.astype(jnp.float32)
@@ -260,9 +254,9 @@ def treepo(rewards: Array, valid: Array, *, tree: Optional[Tree] = None,
   a_d = r[..., None] - val[:, None, :]
   leaf = jnp.sum(inc * a_d, axis=-1) / jnp.maximum(jnp.sum(inc, axis=-1), 1e-12)
   leaf = leaf * v
-  tok = adv_lib.token_advantages(leaf, m)
+  tok = token_advantages(leaf, m)
   if whiten:
-    tok = adv_lib.masked_whiten(tok, m) * m
+    tok = masked_whiten(tok, m) * m
   return _finish(tok, v, per_seq)
 
 
@@ -287,7 +281,7 @@ def depthwise_zscore(node_reward: Array, node_valid: Array, depth: Array, *,
   return z * ok
 
 
-@adv_lib.ADVANTAGES.register('branchgrpo_depth')
+@ADVANTAGES.register('branchgrpo_depth')
 def branchgrpo_depth(rewards: Array, valid: Array, *, tree: Optional[Tree] = None,
                      mask: Optional[Array] = None, adv_clip: float = 5.0) -> AdvOut:
   """BranchGRPO depth-wise advantages (§3.4).
@@ -308,9 +302,9 @@ def branchgrpo_depth(rewards: Array, valid: Array, *, tree: Optional[Tree] = Non
     (adv [B, G, T], weight [B, G]).
   """
   tree, mask, per_seq = _resolve(rewards, tree, mask)
-  _, v = _prep(rewards, valid)
+  _, v = prep(rewards, valid)
   val, cnt = node_values(rewards, valid, tree.leaf_node)
   node = depthwise_zscore(val, cnt > 0, jnp.asarray(tree.depth, jnp.int32))
   node = jnp.clip(node, -adv_clip, adv_clip)
-  return _finish(node_to_tokens(node, tree.node_of, _token_mask(mask, v)),
+  return _finish(node_to_tokens(node, tree.node_of, token_mask(mask, v)),
                  v, per_seq)

@@ -1,113 +1,22 @@
-"""Group advantage estimators: outcome rewards -> per-rollout advantages.
+"""Flat-group advantage estimators: outcome rewards -> per-rollout advantages.
 
-Every estimator is registered in `ADVANTAGES` (ALGORITHMS.md §1) and has the
-signature
-
-    fn(rewards, valid, **options) -> (adv, weight)
-
-- `rewards` [B, G] float (`gdpo`, `gdpo_verl`: [B, G, K]); `valid` [B, G] bool
-  (the rollout exists). Ragged groups are expressed only through `valid`
-  (§0 pattern 1): shapes stay static and every function is jittable.
-- `adv` [B, G] float32, 0 where invalid, wrapped in `lax.stop_gradient`.
-  Token-level estimators (`reinforce_pp`, `reinforce_pp_baseline`,
-  `gdpo_verl`) take a required keyword `mask` [B, G, T] and return
-  `adv` [B, G, T], already multiplied by the mask.
-- `weight` [B, G] float32 loss weight: 0 for rows that must not contribute to
-  the loss (invalid rows, the MC-GRPO pivot), 1 otherwise. Multiply it into the
-  token mask before aggregating, so such rows also leave the normalisers.
-
-Options are Python scalars, strings or tuples, so they can be bound with
-`functools.partial` before `jax.jit`. Statistics follow verl: unbiased std
-(ddof=1); a group with one valid member has mean 0 and std 1.
+Registered in `base.ADVANTAGES` (ALGORITHMS.md §1): grpo, drgrpo, rloo, opo, grpo_passk,
+mc_grpo, gdpo (sequence level) and gdpo_verl, reinforce_pp, reinforce_pp_baseline (token
+level). The signature and conventions are in `rl_jax.rl.advantages.base`.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
-import chex
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 from kernels import grouped_advantage
-from rl_jax.registry import Registry
-
-ADVANTAGES = Registry('advantage')
-
-Array = jax.Array
-AdvOut = Tuple[Array, Array]
-
-
-def get(name: str) -> Callable[..., AdvOut]:
-  """Returns the advantage estimator registered as `name`."""
-  return ADVANTAGES.get(name)
-
-
-# ----------------------------------------------------------------------------
-# Shared statistics.
-
-
-def _prep(rewards: Array, valid: Array) -> Tuple[Array, Array]:
-  """rewards as float32 (0 where invalid, so NaN padding is harmless) and
-  valid as a {0,1} float32 mask of the same rank. Asserts (chex, at trace time) rewards [B, G]
-  or [B, G, K] and valid [B, G]."""
-  chex.assert_rank(rewards, {2, 3})
-  chex.assert_shape(valid, tuple(jnp.shape(rewards)[:2]))
-  v = jnp.asarray(valid, bool)
-  r = jnp.asarray(rewards, jnp.float32)
-  v = v.reshape(v.shape + (1,) * (r.ndim - v.ndim))
-  return jnp.where(v, r, 0.0), v.astype(jnp.float32)
-
-
-def _group_stats(r: Array, v: Array) -> Tuple[Array, Array, Array]:
-  """n, μ, σ over the group axis 1 (kept), with the verl singleton rule.
-
-  `n = Σ_i v_i`, `μ = Σ r v / max(n,1)`, `σ² = Σ (r−μ)² v / max(n−1,1)`;
-  where n == 1, μ := 0 and σ := 1.
-  """
-  n = jnp.sum(v, axis=1, keepdims=True)
-  mu = jnp.sum(r * v, axis=1, keepdims=True) / jnp.maximum(n, 1.0)
-  var = jnp.sum(jnp.square(r - mu) * v, axis=1, keepdims=True)
-  std = jnp.sqrt(var / jnp.maximum(n - 1.0, 1.0))
-  single = n == 1
-  return n, jnp.where(single, 0.0, mu), jnp.where(single, 1.0, std)
-
-
-def _all_stats(x: Array, m: Array) -> Tuple[Array, Array]:
-  """Mean and unbiased std of x over every entry where m is 1."""
-  n = jnp.sum(m)
-  mu = jnp.sum(x * m) / jnp.maximum(n, 1.0)
-  var = jnp.sum(jnp.square(x - mu) * m) / jnp.maximum(n - 1.0, 1.0)
-  return mu, jnp.sqrt(var)
-
-
-def masked_whiten(x: Array, mask: Array) -> Array:
-  """verl `masked_whiten` over all entries: `(x − μ)·rsqrt(var + 1e-8)`.
-
-  μ and the unbiased var are taken over entries with mask 1, so with a token
-  mask long responses weigh more (ALGORITHMS.md §0).
-  """
-  m = jnp.asarray(mask, jnp.float32)
-  n = jnp.sum(m)
-  mu = jnp.sum(x * m) / jnp.maximum(n, 1.0)
-  var = jnp.sum(jnp.square(x - mu) * m) / jnp.maximum(n - 1.0, 1.0)
-  return (x - mu) * lax.rsqrt(var + 1e-8)
-
-
-def _finish(adv: Array, v: Array) -> AdvOut:
-  """Zeroes invalid rows, stops gradients, returns (adv, weight)."""
-  adv = lax.stop_gradient(jnp.where(v > 0, adv, 0.0))
-  return adv, v
-
-
-def token_advantages(adv: Array, mask: Array) -> Array:
-  """Broadcasts sequence advantages to tokens: `A[b,i,t] = A[b,i]·m[b,i,t]`."""
-  return adv[..., None] * jnp.asarray(mask, adv.dtype)
-
-
-def _token_mask(mask: Array, v: Array) -> Array:
-  return jnp.asarray(mask, jnp.float32) * v[..., None]
+from rl_jax.rl.advantages.base import (ADVANTAGES, AdvOut, Array, all_stats, finish,
+                                       group_stats, masked_whiten, prep, token_advantages,
+                                       token_mask)
 
 
 # ----------------------------------------------------------------------------
@@ -141,14 +50,14 @@ def grpo(rewards: Array, valid: Array, *, eps: float = 1e-6,
     impl: how 'group' and 'none' compute the group statistics
       (`kernels.grouped_advantage` impl: 'auto' | 'pallas' | 'xla' | 'interpret').
   """
-  r, v = _prep(rewards, valid)
+  r, v = prep(rewards, valid)
   if scale in ('group', 'none'):
     mode = 'mean_std' if scale == 'group' else 'mean'
-    return _finish(_grouped(r, v, mode, eps, impl), v)
+    return finish(_grouped(r, v, mode, eps, impl), v)
   if scale != 'batch':
     raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
-  _, mu, _ = _group_stats(r, v)
-  return _finish((r - mu) / (_all_stats(r, v)[1] + eps), v)
+  _, mu, _ = group_stats(r, v)
+  return finish((r - mu) / (all_stats(r, v)[1] + eps), v)
 
 
 @ADVANTAGES.register('drgrpo')
@@ -164,8 +73,8 @@ def rloo(rewards: Array, valid: Array, *, impl: str = 'auto') -> AdvOut:
 
   n is the number of valid members; a singleton gets `A_i = r_i`. `impl` as in `grpo`.
   """
-  r, v = _prep(rewards, valid)
-  return _finish(_grouped(r, v, 'loo', 0.0, impl), v)
+  r, v = prep(rewards, valid)
+  return finish(_grouped(r, v, 'loo', 0.0, impl), v)
 
 
 @ADVANTAGES.register('opo')
@@ -178,13 +87,13 @@ def opo(rewards: Array, valid: Array, *, lengths: Array) -> AdvOut:
     lengths: [B, G] response lengths L (required keyword). A singleton group
       (or one whose lengths sum to 0) has b = 0, as in verl.
   """
-  r, v = _prep(rewards, valid)
+  r, v = prep(rewards, valid)
   lv = jnp.asarray(lengths, jnp.float32) * v
   n = jnp.sum(v, axis=1, keepdims=True)
   tot = jnp.sum(lv, axis=1, keepdims=True)
   b = jnp.sum(lv * r, axis=1, keepdims=True) / jnp.where(tot > 0, tot, 1.0)
   b = jnp.where((n > 1) & (tot > 0), b, 0.0)
-  return _finish(r - b, v)
+  return finish(r - b, v)
 
 
 @ADVANTAGES.register('grpo_passk')
@@ -196,17 +105,17 @@ def grpo_passk(rewards: Array, valid: Array, *, eps: float = 1e-6,
   (`lax.top_k` order); groups with fewer than 2 valid members get 0
   (verl raises there).
   """
-  r, v = _prep(rewards, valid)
+  r, v = prep(rewards, valid)
   if r.shape[1] < 2:
     raise ValueError('grpo_passk needs G >= 2')
-  n, _, std = _group_stats(r, v)
+  n, _, std = group_stats(r, v)
   top, idx = lax.top_k(jnp.where(v > 0, r, -jnp.inf), 2)
   gap = top[:, :1] - top[:, 1:2]
   if norm_by_std:
     gap = gap / (std + eps)
   gap = jnp.where(n >= 2, gap, 0.0)
   a = jax.nn.one_hot(idx[:, 0], r.shape[1], dtype=jnp.float32) * gap
-  return _finish(a, v)
+  return finish(a, v)
 
 
 @ADVANTAGES.register('mc_grpo')
@@ -229,7 +138,7 @@ def mc_grpo(rewards: Array, valid: Array, *, mad_eps: float = 1e-3,
       advantages (|A| > 1e-6) are multiplied by n/#nonzero (n = G+1 when the
       group is full).
   """
-  r, v = _prep(rewards, valid)
+  r, v = prep(rewards, valid)
   ok = v > 0
   n = jnp.sum(v, axis=1, keepdims=True)
   k = (jnp.maximum(n, 1.0).astype(jnp.int32) - 1) // 2           # [B, 1]
@@ -245,13 +154,13 @@ def mc_grpo(rewards: Array, valid: Array, *, mad_eps: float = 1e-3,
     cnt = jnp.sum(nonzero, axis=1, keepdims=True)
     a = jnp.where(nonzero, a * n / jnp.maximum(cnt, 1), a)
   w = keep.astype(jnp.float32)
-  return _finish(a, w)
+  return finish(a, w)
 
 
 def _gdpo_pre(r: Array, v: Array, weights: Optional[Sequence[float]],
               eps: float) -> Array:
   """`pre_i = Σ_k w_k (r^k_i − mean r^k)/(std r^k + ε)`; r [B,G,K] -> [B,G]."""
-  _, mu, std = _group_stats(r, v)
+  _, mu, std = group_stats(r, v)
   per = (r - mu) / (std + eps)
   k = r.shape[-1]
   w = jnp.ones((k,), jnp.float32) if weights is None else jnp.asarray(
@@ -276,11 +185,11 @@ def gdpo(rewards: Array, valid: Array, *,
     weights: K reward weights w_k (tuple; default all 1).
     eps: ε of both normalisations (TRL uses 1e-4).
   """
-  r, v3 = _prep(rewards, valid)
+  r, v3 = prep(rewards, valid)
   v = v3[..., 0]
   pre = _gdpo_pre(r, v3, weights, eps)
-  mu, sd = _all_stats(pre, v)
-  return _finish((pre - mu) / (sd + eps), v)
+  mu, sd = all_stats(pre, v)
+  return finish((pre - mu) / (sd + eps), v)
 
 
 # ----------------------------------------------------------------------------
@@ -296,9 +205,9 @@ def gdpo_verl(rewards: Array, valid: Array, *, mask: Array,
   Same `pre` as `gdpo` (ε = 1e-6 in the per-reward step), then whitened over
   all valid tokens. Returns token advantages [B, G, T]; `mask` [B, G, T].
   """
-  r, v3 = _prep(rewards, valid)
+  r, v3 = prep(rewards, valid)
   v = v3[..., 0]
-  m = _token_mask(mask, v)
+  m = token_mask(mask, v)
   pre = _gdpo_pre(r, v3, weights, eps)
   adv = masked_whiten(token_advantages(pre, m), m) * m
   return lax.stop_gradient(adv), v
@@ -337,8 +246,8 @@ def reinforce_pp(rewards: Array, valid: Array, *, mask: Array,
   Returns:
     (adv [B, G, T], weight [B, G]).
   """
-  r, v = _prep(rewards, valid)
-  m = _token_mask(mask, v)
+  r, v = prep(rewards, valid)
+  m = token_mask(mask, v)
   t_max = m.shape[-1]
   last = t_max - 1 - jnp.argmax(jnp.flip(m, -1) > 0, axis=-1)
   outcome = jnp.where(jnp.sum(m, -1) > 0, r, 0.0)
@@ -358,16 +267,9 @@ def reinforce_pp_baseline(rewards: Array, valid: Array, *,
   `mask` [B, G, T] and whitened over all valid tokens (token-weighted).
   Returns (adv [B, G, T], weight [B, G]).
   """
-  r, v = _prep(rewards, valid)
-  m = _token_mask(mask, v)
-  _, mu, _ = _group_stats(r, v)
+  r, v = prep(rewards, valid)
+  m = token_mask(mask, v)
+  _, mu, _ = group_stats(r, v)
   s = token_advantages(r - mu, m)
   return lax.stop_gradient(masked_whiten(s, m) * m), v
 
-
-# Tree estimators (§3.2-§3.4) register themselves in `ADVANTAGES` on import.
-# pylint: disable-next=g-import-not-at-top,wrong-import-position,unused-import
-from rl_jax.rl import tree_advantages  # noqa: E402,F401
-# V0.5 (§4.2) registers `v05` from rl_jax/value/v05.py.
-# pylint: disable-next=g-import-not-at-top,wrong-import-position,unused-import
-from rl_jax.value import v05  # noqa: E402,F401

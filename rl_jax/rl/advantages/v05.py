@@ -17,7 +17,7 @@ Per prompt, with prior p0 = V(prompt) and its error variance sigma0^2 (`rl_jax.v
    'beta': Beta prior with pseudo-count κ = p0'(1−p0')/sigma0^2 − 1 (>= 0), w = κ/(κ + n).
 5. A_i = r_i − b (optionally / std, as GRPO). Σ_i A_i != 0 when w > 0 (intended).
 
-The estimator `v05` (registered in `rl.advantages.ADVANTAGES`) takes the per-row prior
+The estimator `v05` (registered in `rl.advantages.base.ADVANTAGES`) takes the per-row prior
 `(p0, w)` [B, G, 2] that the round rule decided on the host (w = 0 where the prior was
 rejected), so the device side is elementwise.
 """
@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from rl_jax.rl.advantages import ADVANTAGES, _prep
+from rl_jax.rl.advantages.base import ADVANTAGES, prep
 
 TESTS = ("z", "binomial")
 FUSIONS = ("variance", "beta")
@@ -110,7 +110,7 @@ def v05(rewards, valid, *, prior, scale_by_std: bool = False, eps: float = 1e-6)
       group of equal rewards (or one row) is not scaled (its b != r̄ would otherwise be divided
       by eps).
   """
-  r, v = _prep(rewards, valid)
+  r, v = prep(rewards, valid)
   prior = jnp.asarray(prior, jnp.float32)
   n = jnp.sum(v, axis=1, keepdims=True)
   rbar = jnp.sum(r * v, axis=1, keepdims=True) / jnp.maximum(n, 1.0)
