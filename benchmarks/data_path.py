@@ -25,8 +25,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from rl_jax import data
+from rl_jax import experiment
 from rl_jax.data import grain_source, tfds_builders
-from rl_jax.train import experiment
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
                                           "experiment config")

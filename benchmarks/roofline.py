@@ -122,7 +122,7 @@ def measure_phases(model: str, batch: int, group: int, tokens: int, prompt_len: 
   from rl_jax import models, sampling  # pylint: disable=g-import-not-at-top
   from rl_jax.rl import logprobs  # pylint: disable=g-import-not-at-top
   from rl_jax.train import steps  # pylint: disable=g-import-not-at-top
-  from rl_jax.train.state import TrainState, make_optimizer  # pylint: disable=g-import-not-at-top
+  from rl_jax.train_state import TrainState, make_optimizer  # pylint: disable=g-import-not-at-top
   from rl_jax.types import Rollout  # pylint: disable=g-import-not-at-top
 
   cfg = models.ModelConfig(**MODEL_SHAPES[model])

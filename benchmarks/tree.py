@@ -174,7 +174,8 @@ def _sft_workdir(args) -> str:
 def tiny_policy(args):
   """(params, prompts, prompt_mask, cfg, tokenizer, config) of the default experiment's SFT."""
   from experiments.configs import default  # noqa: PLC0415 (keeps --help fast)
-  from rl_jax.train import experiment, init_from  # noqa: PLC0415
+  from rl_jax import experiment  # noqa: PLC0415
+  from rl_jax.train import init_from  # noqa: PLC0415
   source = _sft_workdir(args)
   config = default.get_config()
   workdir = tempfile.mkdtemp(prefix="tree_bench_")

@@ -2,10 +2,10 @@
 
 Samples `--samples` held-out completions of `--num_prompts` problems from the run's policy,
 grades every step with the task's step checker (the ladder's `check_steps`), and scores each PRM
-(directories written by `experiments.train_prm` / `rl_jax.value.prm.save`): first-wrong-step
+(directories written by `experiments.train_prm` / `rl_jax.value.prm.model.save`): first-wrong-step
 accuracy, step-level AUROC, and best-of-N re-ranking against majority vote and an outcome-only
 value (a PRM of kind 'orm'). Writes OUT/prm-PHASE.json and .md (default OUT = RUN/eval);
-`rl_jax/value/prm_eval.py` defines each number.
+`rl_jax/value/prm/judge.py` defines each number.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 
 from absl import app, flags, logging
 
-from rl_jax.value import prm_runner
+from rl_jax.tools import train_prm as prm_runner
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's work dir.")
 _PRM = flags.DEFINE_list("prm", None, "PRM directories (default: those of RUN/prm/KIND).")

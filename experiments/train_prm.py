@@ -14,7 +14,7 @@ import os
 
 from absl import app, flags, logging
 
-from rl_jax.value import prm_runner
+from rl_jax.tools import train_prm as prm_runner
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's work dir.")
 _OUT = flags.DEFINE_string("out", "", "Where the PRMs go (default RUN/prm).")

@@ -16,7 +16,7 @@ import pytest
 from rl_jax import models, sampling
 from rl_jax.rl.advantages import group
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout, SFTBatch
 
 CFG = models.ModelConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32,

@@ -20,11 +20,12 @@ import reasoning_gym
 import tokenizers as hf_tokenizers
 
 from experiments.configs import smollm2
+from rl_jax import experiment
 from rl_jax import models, parallel
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.metrics import read_metrics
-from rl_jax.train import experiment, loop, phases
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train import loop, phases
+from rl_jax.train_state import TrainState, make_optimizer
 
 CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
           "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"

@@ -180,7 +180,7 @@ def base() -> ml_collections.ConfigDict:
       eptree=ml_collections.ConfigDict(dict(num_chains=6, forks_per_round=2, rounds=1,
                                             branches=2, min_tokens_left=0,
                                             min_prefix_fraction=0.0)),
-      # Process rewards (rl_jax/value/process.py; ALGORITHMS.md §5): 'none' | 'pav' | 'prime' |
+      # Process rewards (rl_jax/value/prm/process.py; ALGORITHMS.md §5): 'none' | 'pav' | 'prime' |
       # 'oprl'. Steps end at tokens holding `delimiter` (or at `step_token_ids`), at most
       # `max_steps` per completion. pav: a PRM saved by experiments.train_prm in `prm_dir` and
       # alpha (required, no default: nan = unset), added to the outcome advantage x progress.
@@ -244,14 +244,14 @@ def base() -> ml_collections.ConfigDict:
   # (master weights) and optimizer moments; `donate`: each step reuses the train state's buffers
   # for the new state (the old one is not read again).
   c.train = ml_collections.ConfigDict(dict(master_dtype="float32", donate=True))
-  # V0 (rl_jax/value/prior.py, ALGORITHMS.md §4.1): a success-rate predictor that reads the
+  # V0 (rl_jax/value/v0/online.py, ALGORITHMS.md §4.1): a success-rate predictor that reads the
   # current policy's recent (prompt, success rate) pairs in context. enabled: keep one in the RL
   # run (calibration at evaluations); it is also built when config.rl.v05.prior or
   # config.rl.allocator_prior is 'v0'. backbone: '' = the policy's own hidden states at the
   # prompt, or a Hugging Face checkpoint directory. init: a directory of V0 parameters to start
   # from (experiments/train_value.py writes one; '' = random). Sizes (reference: 168 queries x 6,
   # 3 heads, MLP 128): num_queries x query_dim, num_heads, mlp_hidden, dropout; head: 'kernel' |
-  # 'transformer' | 'ridge' (rl_jax.value.v0_model.HEADS), head_dim. Training: every
+  # 'transformer' | 'ridge' (rl_jax.value.v0.model.HEADS), head_dim. Training: every
   # train_every RL steps, train_steps optax steps of episodes_per_step episodes
   # (episode_queries queries, support_size support prompts) drawn from the last train_window
   # steps; loss alpha*L_pair + (1-alpha)*L_ce. Rows need min_attempts rollouts. sigma0_sq: the

@@ -16,7 +16,7 @@ extra rows are bounded by 128 per step. Variants differ in the prior p0 (rl_jax/
 and in the extra rounds:
 
   v05_g4          v0: V0's in-context prediction from the policy's own prompt features and the
-                  run's history (rl_jax/value/run_v0.py), trained during the run.
+                  run's history (rl_jax/value/v0/run.py), trained during the run.
   v05_nmax4_g4    v0 prior, n_max = 4: the fused baseline alone, no extra rounds (128 rows, the
                   rows of GRPO G = 4); the ablation that separates the fusion from the rounds.
   v05_g4_global   global_mean: the running mean success rate of the run's history.

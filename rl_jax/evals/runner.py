@@ -21,13 +21,14 @@ import jax
 import ml_collections
 import numpy as np
 
+from rl_jax import experiment
 from rl_jax import models, parallel, sampling
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import prompt_ids
 from rl_jax.evals import datasets, math_answers
 from rl_jax.evals import metrics as metrics_lib
-from rl_jax.train import evaluate, experiment, phases
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train import evaluate, phases
+from rl_jax.train_state import TrainState, make_optimizer
 
 RUN_CONFIG_FILE = "run_config.json"
 EVAL_DIR = "eval"

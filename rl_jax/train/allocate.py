@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from rl_jax.rl import allocation as alloc_lib
-from rl_jax.train import experiment as experiment_lib
+from rl_jax import experiment as experiment_lib
 from rl_jax.train import planner, round_rules
 from rl_jax.value.history import RolloutHistory
 

@@ -15,9 +15,9 @@ import jax
 
 from rl_jax import models, parallel, tokenizers
 from rl_jax.checkpoint import Checkpointer
+from rl_jax.experiment import Experiment
 from rl_jax.train import phases
-from rl_jax.train.experiment import Experiment
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train_state import TrainState, make_optimizer
 
 
 def _sft_dir(source: str) -> str:

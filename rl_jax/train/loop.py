@@ -29,10 +29,11 @@ import ml_collections
 import numpy as np
 
 from rl_jax import compile_cache, data, models, parallel, sampling
+from rl_jax import experiment
 from rl_jax.data import ladder
 from rl_jax.evals import runner as eval_runner
 from rl_jax.metrics import MetricsWriter, plot_curves
-from rl_jax.train import config_check, evaluate, experiment, init_from, phases, planner, signals
+from rl_jax.train import config_check, evaluate, init_from, phases, planner, signals
 
 SUMMARY_FILE = "summary.json"
 EVALS_FILE = "evals.json"

@@ -22,12 +22,13 @@ from rl_jax import models, parallel
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import LengthBuckets
 from rl_jax.metrics import MetricsWriter, ProgressBar
-from rl_jax.train import april, experiment, planner, rollouts, signals
+from rl_jax import experiment
+from rl_jax.train import april, planner, rollouts, signals
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.experiment import Experiment
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.experiment import Experiment
+from rl_jax.train_state import TrainState, make_optimizer
 from rl_jax.types import Rollout, SFTBatch, Tree
-from rl_jax.value import run_v0
+from rl_jax.value.v0 import run as run_v0
 from rl_jax.value.history import RolloutHistory
 
 _log = logging.getLogger(__name__)
@@ -308,7 +309,7 @@ def _process_hyper(config) -> dict:
   """RLHyper's process-reward fields (none for configs without `rl.process_reward`)."""
   if "process_reward" not in config.rl or config.rl.process_reward == "none":
     return {}
-  from rl_jax.value import process  # pylint: disable=import-outside-toplevel
+  from rl_jax.value.prm import process  # pylint: disable=import-outside-toplevel
   return {"process_reward": config.rl.process_reward,
           "process_options": process.estimator_options(config)}
 
@@ -319,7 +320,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   The phase keeps the rollout history (`value.history.RolloutHistory`: every round's attempts
   and successes per prompt and step) in its checkpoints' meta, so a resumed run has the history
   of an uninterrupted one, and writes it to WORKDIR/history.jsonl when the phase ends. With
-  V0 (`value.run_v0`), V0's state rides in the same meta and its calibration joins every
+  V0 (`value.v0.run`), V0's state rides in the same meta and its calibration joins every
   evaluation's metrics; so does ARRoL's quality head (`value.quality_head`, rollout='arrol').
   """
   cfg = exp.config.rl
@@ -363,7 +364,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
     example = example.replace(policy_version=np.zeros((r, t), np.int32))
   scorer = None
   if "process_reward" in cfg and cfg.process_reward != "none":  # step rewards in the batch
-    from rl_jax.value import process  # pylint: disable=import-outside-toplevel
+    from rl_jax.value.prm import process  # pylint: disable=import-outside-toplevel
     scorer = process.ProcessScorer(exp, sft_params)
     if scorer.online:  # the online PRM (prime, oprl) is checkpointed beside the policy
       c = exp.config.checkpoint

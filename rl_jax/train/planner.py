@@ -169,7 +169,7 @@ def sample_requests(exp, params, requests: Requests, key, *, rows: int, score):
   """The iid engine: `requests` -> rows packed into `rows` rows, scored.
 
   Args:
-    exp: the `train.experiment.Experiment`.
+    exp: the `rl_jax.experiment.Experiment`.
     params: sampler parameters.
     requests: what to sample.
     key: the round's PRNG key.

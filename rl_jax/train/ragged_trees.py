@@ -55,7 +55,7 @@ def tree_round(exp, params, requests: planner.Requests, key, rng: np.random.Gene
   """One fresh round of a tree rollout mode on ragged requests.
 
   Args:
-    exp: the `train.experiment.Experiment`.
+    exp: the `rl_jax.experiment.Experiment`.
     params: sampler parameters.
     requests: prompt ids [B'] and rows n_b [B'] (all > 0).
     key, rng: the round's PRNG key and host generator (as the dense round's).

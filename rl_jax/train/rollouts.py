@@ -53,7 +53,7 @@ from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
 from rl_jax.sampling import arrol, echo, engines, eptree, latr, treepo
 from rl_jax.train import allocate, april, planner, ragged_trees, rl_inputs, round_rules, rounds
-from rl_jax.train.experiment import Experiment
+from rl_jax.experiment import Experiment
 from rl_jax.types import Rollout
 
 # Random-stream tags (phases.PHASE_TAGS): round 0 uses the RL phase's stream, rounds >= 1 their own.

@@ -6,7 +6,7 @@ V0.5 (ALGORITHMS.md §4.2) fuses a prior with a few rollouts; the allocators may
     predict(params, prompt_ids) -> (p0 [B], sigma0_sq [B])   (float64 numpy)
 
 built by a factory registered in `PRIORS`: `make(exp, history) -> prior`, where `exp` is the
-run's `train.experiment.Experiment` (its config, task, tokenizer, model) and `history` the run's
+run's `rl_jax.experiment.Experiment` (its config, task, tokenizer, model) and `history` the run's
 live `value.history.RolloutHistory` (read at `predict` time, so the prior follows the policy).
 The `v0` prior (rl_jax/value/, V0's in-context head) registers here with the same method.
 
@@ -114,8 +114,8 @@ def _history(exp, history):
 
 @PRIORS.register("v0")
 def _v0(exp, history):
-  """The run's V0 (rl_jax/value/run_v0.py): its support set follows `history` through the RL
+  """The run's V0 (rl_jax/value/v0/run.py): its support set follows `history` through the RL
   phase's `after_step` calls, so `history` is not read here."""
   del history
-  from rl_jax.value import run_v0  # pylint: disable=import-outside-toplevel (a cycle otherwise)
+  from rl_jax.value.v0 import run as run_v0  # pylint: disable=import-outside-toplevel (a cycle otherwise)
   return run_v0.of_experiment(exp).prior

@@ -10,7 +10,7 @@ reads the policy's final-normed hidden state h_{i,t_p} of a partial rollout at t
 checkpoint (the policy is the body, so the head follows it as RL trains it). It starts at w = 0,
 b = 0 (ĝ = 0.5 everywhere: ARRoL keeps a score-blind, unbiased subsample until it has learnt) and
 after every generation round takes `config.rl.arrol.updates` Adam steps (`lr`) of the binary
-cross-entropy (`value.prm.bce_with_logits`) of its logits on the round's survivors against their
+cross-entropy (`value.prm.model.bce_with_logits`) of its logits on the round's survivors against their
 outcomes y_i = [r_i > `config.rl.success_threshold`] (first raw reward component). Pruned rows
 have no outcome and are never trained on [P: "trained on-the-fly with BCE against the final rewards
 of finished rollouts"; R: which rows, when, optimizer and step counts].
@@ -30,7 +30,7 @@ import optax
 
 from rl_jax.models import heads
 from rl_jax.sampling import arrol
-from rl_jax.value.prm import bce_with_logits
+from rl_jax.value.prm.model import bce_with_logits
 
 _ATTR = "_arrol_run"  # where the run's ArrolRun is kept on its Experiment
 

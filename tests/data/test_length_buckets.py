@@ -12,7 +12,7 @@ import pytest
 from rl_jax import models
 from rl_jax.data.batching import LengthBuckets
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train_state import TrainState, make_optimizer
 from rl_jax.types import SFTBatch
 from experiments.configs import common
 

@@ -16,9 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rl_jax import experiment
 from rl_jax import models
 from rl_jax.evals import export, runner
-from rl_jax.train import experiment, loop
+from rl_jax.train import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -108,7 +108,8 @@ def test_engines_by_name(setup):
 def test_refill_engine_in_rl_rollout(smoke_config, tmp_path):
   """config.sampling.engine='refill' through the RL rollout: the batch's shapes, and its
   behaviour log-probs equal the trainer's."""
-  from rl_jax.train import experiment, phases, rollouts  # pylint: disable=g-import-not-at-top
+  from rl_jax import experiment  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import phases, rollouts  # pylint: disable=g-import-not-at-top
   smoke_config.sampling.update(engine="refill", num_slots=5)
   exp = experiment.build(smoke_config, str(tmp_path))
   params = phases.init_params(exp)

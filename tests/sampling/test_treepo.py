@@ -95,7 +95,8 @@ def test_options_validation():
 
 def test_treepo_rollout_mode_through_rl_inputs(smoke_config, tmp_path):
   """config.rl.rollout='treepo': the RL batch carries the tree and the 'treepo' advantage runs."""
-  from rl_jax.train import experiment, phases, rl_inputs, rollouts  # pylint: disable=g-import-not-at-top
+  from rl_jax import experiment  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import phases, rl_inputs, rollouts  # pylint: disable=g-import-not-at-top
   smoke_config.rl.update(rollout="treepo", advantage="treepo")
   smoke_config.rl.treepo.update(segment_len=2, first_width=2, branches=2)
   rollouts.check_config(smoke_config)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from experiments.configs import ladder
+from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.train import allocate, config_check, experiment, phases, rollouts
+from rl_jax.train import allocate, config_check, phases, rollouts
 from rl_jax.value.history import RolloutHistory
 
 

@@ -8,8 +8,9 @@ import os
 import numpy as np
 import pytest
 
+from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.train import april, config_check, experiment, phases
+from rl_jax.train import april, config_check, phases
 
 
 def test_worked_example_fifo():

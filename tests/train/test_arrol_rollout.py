@@ -7,8 +7,9 @@ import jax
 import numpy as np
 import pytest
 
+from rl_jax import experiment
 from rl_jax.sampling import arrol
-from rl_jax.train import config_check, experiment, phases, planner, rollouts
+from rl_jax.train import config_check, phases, planner, rollouts
 from rl_jax.value import quality_head
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")  # Compiling dominates these tiny shapes.

@@ -8,7 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rl_jax.train import experiment, phases, planner, rl_inputs, round_rules, rounds, rollouts
+from rl_jax import experiment
+from rl_jax.train import phases, planner, rl_inputs, round_rules, rounds, rollouts
 from rl_jax.train.steps import RLHyper
 from rl_jax.types import Rollout
 from rl_jax.value.history import RolloutHistory
@@ -159,7 +160,7 @@ def test_planner_config_errors(smoke_config, field, value, match):
 def test_engine_round_on_ragged_rows(smoke_config, tmp_path):
   """The real engine, ragged layout (uniform counts, R_max = 20 > 16 rows requested): static
   shapes, padding rows unscored, the history recorded, and the dense round's samples exactly.
-  (tests/value/test_v05.py runs the RL phase on ragged batches with extra rounds.)"""
+  (tests/rl/test_v05.py runs the RL phase on ragged batches with extra rounds.)"""
   smoke_config.rl.update(max_group_size=6, rows=20)
   exp = experiment.build(smoke_config, str(tmp_path))
   params = phases.init_params(exp)

@@ -11,12 +11,13 @@ import numpy as np
 import optax
 import pytest
 
+from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import advantages  # noqa: F401  (registers the tree estimators)
-from rl_jax.train import config_check, experiment, phases, ragged_trees, rl_inputs, rollouts
+from rl_jax.train import config_check, phases, ragged_trees, rl_inputs, rollouts
 from rl_jax.train import round_rules, rounds
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout, Tree
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")  # Tests compare programs on tiny shapes.

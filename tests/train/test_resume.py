@@ -32,7 +32,7 @@ def _config(make, interrupt_at=""):
   config.rl.kl_kind = "k1"
   config.rl.optim.warmup_steps = 0  # Every RL update moves the policy, so KL != 0 from step 2.
   config.interrupt_at = interrupt_at
-  # V0 (rl_jax/value/run_v0.py) trains every 2 steps and is calibrated at each evaluation: its
+  # V0 (rl_jax/value/v0/run.py) trains every 2 steps and is calibrated at each evaluation: its
   # state rides in the RL checkpoint's meta, so its metrics must resume exactly too.
   config.value.v0.update(enabled=True, num_queries=4, mlp_hidden=8, head_dim=8, support_size=16,
                          train_every=2, train_steps=2, calib_prompts=8, calib_samples=2)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.train import experiment, phases, rollouts
+from rl_jax.train import phases, rollouts
 from rl_jax.types import Rollout
 
 T = 5

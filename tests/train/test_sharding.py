@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 
 from experiments.configs import common
+from rl_jax import experiment
 from rl_jax import models, parallel, sampling
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import logprobs
 from rl_jax.sampling import refill
-from rl_jax.train import experiment, phases
+from rl_jax.train import phases
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train_state import TrainState, make_optimizer
 from rl_jax.types import Rollout, SFTBatch
 
 CFG = models.ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,

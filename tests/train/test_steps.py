@@ -22,7 +22,7 @@ from rl_jax.rl import logprobs, losses
 from rl_jax.rl.advantages import group
 from rl_jax.train import rl_inputs
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout
 from padded_tokens import padded_tokens  # tests/padded_tokens.py
 

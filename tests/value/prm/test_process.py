@@ -11,9 +11,9 @@ from experiments.configs import ladder
 from rl_jax import models
 from rl_jax.train import config_check, rl_inputs
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout
-from rl_jax.value import process
+from rl_jax.value.prm import process
 
 B, G, T = 2, 4, 5
 

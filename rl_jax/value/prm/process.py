@@ -3,7 +3,7 @@
     scorer = ProcessScorer.from_config(exp, sft_params)          # None for 'none'
     batch, metrics = scorer.score(batch, rewards, policy_params)  # fills step_of, step_rewards
 
-* 'pav' (§5.1): a frozen PAV (`value.prm`, saved by `experiments.train_prm` in
+* 'pav' (§5.1): a frozen PAV (`value.prm.model`, saved by `experiments.train_prm` in
   `config.rl.process.prm_dir`) scores every prefix; the progress `Q̂(s_h, a_h) − Q̂(s_{h−1},
   a_{h−1})` goes on step h's end token (steps as the PAV was trained: its prm.json delimiters). The estimator adds `alpha` × progress to the outcome
   advantage (`rl.process_rewards.pav`).
@@ -36,10 +36,10 @@ import optax
 from rl_jax import models
 from rl_jax.rl import logprobs
 from rl_jax.rl import process_rewards as pr
-from rl_jax.train.state import TrainState
-from rl_jax.value import pav as pav_lib
-from rl_jax.value import prm as prm_lib
-from rl_jax.value import steps as steps_lib
+from rl_jax.train_state import TrainState
+from rl_jax.value.prm import model as prm_lib
+from rl_jax.value.prm import pav as pav_lib
+from rl_jax.value.prm import segments as steps_lib
 
 _log = logging.getLogger(__name__)
 

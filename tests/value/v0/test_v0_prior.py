@@ -6,9 +6,9 @@ import pytest
 
 from experiments.configs import common
 from rl_jax import models
-from rl_jax.value import episodes as ep
-from rl_jax.value import features, prior
 from rl_jax.value.history import RolloutHistory
+from rl_jax.value.v0 import episodes as ep
+from rl_jax.value.v0 import features, online as prior
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")
 N, P, STEPS = 40, 6, 6

@@ -32,9 +32,10 @@ import jax
 import numpy as np
 
 from rl_jax import models, parallel, sampling
-from rl_jax.value import calibration, features
-from rl_jax.value import v0 as v0_lib
-from rl_jax.value.prior import V0Prior
+from rl_jax.value import calibration
+from rl_jax.value.v0 import core as v0_lib
+from rl_jax.value.v0 import features
+from rl_jax.value.v0.online import V0Prior
 
 CALIB_TAG = 16  # random stream of the calibration samples
 _ATTR = "_value_v0"  # where the run's RunV0 is kept on its Experiment

@@ -29,12 +29,14 @@ import time
 import jax
 import numpy as np
 
+from rl_jax import experiment
 from rl_jax import models
 from rl_jax.evals import runner
-from rl_jax.train import experiment, phases
-from rl_jax.value import calibration, episodes as ep, run_v0, v0_io, v0_train
-from rl_jax.value import v0 as v0_lib
+from rl_jax.train import phases
+from rl_jax.value import calibration
 from rl_jax.value.history import RolloutHistory
+from rl_jax.value.v0 import core as v0_lib
+from rl_jax.value.v0 import episodes as ep, run as run_v0, io as v0_io, train as v0_train
 
 
 def _restore(exp, phase: str, step: int):

@@ -32,7 +32,7 @@ import numpy as np
 from rl_jax import models
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.models import heads
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 
 SPEC_FILE = "prm.json"
 
@@ -43,7 +43,7 @@ class PRMSpec:
 
   Attributes:
     model: the body's ModelConfig.
-    delimiters: token ids that end a step (`value.steps.delimiter_ids`).
+    delimiters: token ids that end a step (`value.prm.segments.delimiter_ids`).
     ignore_ids: token ids that are not step content (EOS).
     kind: what its labels were ('pav' Monte Carlo prefix values, 'orm' outcome labels at every
       step end, ...); informative only.
@@ -174,7 +174,7 @@ def load(directory: str) -> tuple[PRMSpec, dict, dict]:
   spec_path = os.path.join(directory, SPEC_FILE)
   if not os.path.isfile(spec_path):
     raise FileNotFoundError(f"{spec_path} does not exist; expected a PRM directory written by "
-                            "rl_jax.value.prm.save (prm.json + checkpoints/)")
+                            "rl_jax.value.prm.model.save (prm.json + checkpoints/)")
   with open(spec_path) as f:
     spec = PRMSpec.from_json(json.load(f))
   abstract = jax.eval_shape(lambda k: {"params": heads.init_value_params(

@@ -54,12 +54,13 @@ import ml_collections
 import numpy as np
 
 from rl_jax import chips, models, parallel, sampling
+from rl_jax import experiment
 from rl_jax.rl import logprobs
 from rl_jax.sampling import engines
-from rl_jax.train import experiment, rl_inputs
+from rl_jax.train import rl_inputs
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.phases import hyper_from_config
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train_state import TrainState, make_optimizer
 from rl_jax.types import Rollout, SFTBatch
 
 PHASES = ("prefill", "generate", "ref_logprobs", "rl_step", "sft_step")

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import advantages
-from rl_jax.train import experiment, phases, planner, rounds, rollouts
-from rl_jax.types import Rollout
 from rl_jax.rl.advantages import v05
+from rl_jax.train import phases, planner, rounds, rollouts
+from rl_jax.types import Rollout
 from rl_jax.value import priors
 from rl_jax.value.history import RolloutHistory
 

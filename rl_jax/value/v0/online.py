@@ -28,11 +28,11 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
-from rl_jax.value import episodes as ep
-from rl_jax.value import v0 as v0_lib
-from rl_jax.value import v0_io
-from rl_jax.value import v0_train
 from rl_jax.value.history import RolloutHistory
+from rl_jax.value.v0 import core as v0_lib
+from rl_jax.value.v0 import episodes as ep
+from rl_jax.value.v0 import io as v0_io
+from rl_jax.value.v0 import train as v0_train
 
 _TAG = 15  # separates V0's random streams from the run's other ones
 NO_INFO_SIGMA0_SQ = 0.25

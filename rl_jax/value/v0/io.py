@@ -17,7 +17,7 @@ import numpy as np
 import safetensors.numpy
 from flax import traverse_util
 
-from rl_jax.value.v0 import V0Config
+from rl_jax.value.v0.core import V0Config
 
 PARAMS_FILE = "v0.safetensors"
 CONFIG_FILE = "v0_config.json"

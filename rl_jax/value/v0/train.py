@@ -22,10 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl_jax.train.state import make_optimizer
-from rl_jax.value import episodes as ep
-from rl_jax.value import v0 as v0_lib
-from rl_jax.value.v0_loss import combined_loss
+from rl_jax.train_state import make_optimizer
+from rl_jax.value.v0 import core as v0_lib
+from rl_jax.value.v0 import episodes as ep
+from rl_jax.value.v0.loss import combined_loss
 
 
 

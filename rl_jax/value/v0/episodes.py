@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 
 from rl_jax.value.history import RolloutHistory
-from rl_jax.value.v0_loss import make_pairs
+from rl_jax.value.v0.loss import make_pairs
 
 
 @dataclasses.dataclass(frozen=True)

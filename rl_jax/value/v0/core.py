@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl_jax.value.v0_model import HEADS, V0Encoder
+from rl_jax.value.v0.model import HEADS, V0Encoder
 
 
 class SupportSetError(ValueError):

@@ -1,6 +1,6 @@
 """PAV: prover values Q^μ(prefix) from Monte Carlo outcomes of step prefixes (ALGORITHMS.md §5.1).
 
-Labels for training a PAV (`value.prm`) come from either source:
+Labels for training a PAV (`value.prm.model`) come from either source:
 
 * `mc_prefix_labels`: for every step h of a sampled completion, `n_mc` continuations of
   `prompt + a_{<=h}` are sampled with the prover's base policy π and scored by the task; the
@@ -26,7 +26,7 @@ import numpy as np
 
 from rl_jax import sampling
 from rl_jax.types import Tree
-from rl_jax.value.steps import Steps
+from rl_jax.value.prm.segments import Steps
 
 
 def best_of_k(q: jax.Array, k: int) -> jax.Array:
@@ -103,7 +103,7 @@ def mc_prefix_labels(params, *, cfg, strategy: sampling.Sampling, prompt: np.nda
   Args:
     params, cfg, strategy: the prover's base policy and its sampling.
     prompt, prompt_mask: [R, P] each row's prompt; tokens, mask [R, T] its completion.
-    steps: `value.steps.segment` of the completions.
+    steps: `value.prm.segments.segment` of the completions.
     outcomes: [R] each completion's reward (the label of its last step).
     prompt_value: [R] label of the bare prompt (e.g. the mean outcome of its group).
     score: (row ids [M], continuation token rows [M, T'] with pad after EOS) -> rewards [M]

@@ -8,9 +8,9 @@ import pytest
 from experiments.configs import common
 from rl_jax import models, sampling
 from rl_jax.models import heads
-from rl_jax.value import pav
-from rl_jax.value import prm as prm_lib
-from rl_jax.value import steps as steps_lib
+from rl_jax.value.prm import model as prm_lib
+from rl_jax.value.prm import pav
+from rl_jax.value.prm import segments as steps_lib
 
 CFG = models.ModelConfig(vocab_size=16, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1,
                          d_ff=32, max_seq_len=32)
@@ -63,7 +63,7 @@ def test_fit_lowers_the_loss_and_save_load_round_trips(tmp_path):
   labels, w = steps_lib.step_labels_to_tokens(np.tile([[0.9, 0.1, 0.0]], (8, 1)), s, 6)
   batch = prm_lib.PRMBatch(prompt, pmask, tokens, mask, labels, w)
   params = prm_lib.init_from_policy(CFG, _init_params(CFG, jax.random.key(1)))
-  from rl_jax.train.state import TrainState, make_optimizer
+  from rl_jax.train_state import TrainState, make_optimizer
   state = TrainState.create(params, make_optimizer(common.optim(1e-2), 30))
   step = jax.jit(lambda st, b: prm_lib.train_step(st, b, cfg=CFG))
   first = None

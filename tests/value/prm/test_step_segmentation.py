@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from rl_jax.value import steps as steps_lib
+from rl_jax.value.prm import segments as steps_lib
 
 NL, EOS, PAD = 9, 2, 0  # token ids: newline, EOS, padding; every other id is content
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from experiments.configs import ladder
+from rl_jax import experiment
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.train import config_check, experiment, phases
+from rl_jax.train import config_check, phases
 
 
 def _prm_params(workdir, step, like):
@@ -50,7 +51,7 @@ def test_prime_resume_equals_uninterrupted(tmp_path):
   assert sorted(recs["a"]) == [1, 2, 3] and recs["a"] == recs["b"]
   # The PRM moved after step 1 (at step 1 it equals the reference: every token reward is 0).
   assert recs["a"][1]["process/reward_abs"] == 0 < recs["a"][2]["process/reward_abs"]
-  from rl_jax.train.state import TrainState  # pylint: disable=g-import-not-at-top
+  from rl_jax.train_state import TrainState  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
   like = TrainState.create(sft, optax.chain(optax.identity(), optax.adamw(1e-2)))  # its layout
   a, b = _prm_params(tmp_path / "a", 3, like), _prm_params(tmp_path / "b", 3, like)

@@ -1,11 +1,11 @@
-"""PRM judging metrics against true step labels (rl_jax/value/prm_eval.py)."""
+"""PRM judging metrics against true step labels (rl_jax/value/prm/judge.py)."""
 
 import numpy as np
 import pytest
 
 from rl_jax.data import ladder
 from rl_jax.data.tasks import TaskExample
-from rl_jax.value import prm_eval
+from rl_jax.value.prm import judge as prm_eval
 
 
 def test_auroc_hand_numbers():

@@ -14,12 +14,12 @@ import jax
 import numpy as np
 
 from experiments.configs import common
+from rl_jax import experiment
 from rl_jax.evals import runner
-from rl_jax.train import experiment
-from rl_jax.value import prm as prm_lib
-from rl_jax.value import prm_data, prm_eval
-from rl_jax.value import steps as steps_lib
-from rl_jax.value import pav as pav_lib
+from rl_jax.value.prm import data as prm_data, judge as prm_eval
+from rl_jax.value.prm import model as prm_lib
+from rl_jax.value.prm import pav as pav_lib
+from rl_jax.value.prm import segments as steps_lib
 
 KINDS = ("pav", "orm", "pav_tree")
 _TAG = 11  # random stream of PRM data (phases.PHASE_TAGS uses 1-5)

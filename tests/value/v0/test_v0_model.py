@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rl_jax.value import v0 as v0_lib
-from rl_jax.value import v0_loss
-from rl_jax.value.v0_model import V0Encoder
+from rl_jax.value.v0 import core as v0_lib
+from rl_jax.value.v0 import loss as v0_loss
+from rl_jax.value.v0.model import V0Encoder
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")
 D, L = 16, 5

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_jax.types import Tree
-from rl_jax.value import pav
+from rl_jax.value.prm import pav
 
 
 def test_tree_prefix_labels_from_a_hand_built_tree():
@@ -33,7 +33,7 @@ def test_prefix_prompts_left_pads_prompt_plus_prefix():
 
 
 def test_tree_labels_keep_the_prompt_and_step_ends():
-  from rl_jax.value import prm_data, steps as steps_lib  # pylint: disable=import-outside-toplevel
+  from rl_jax.value.prm import data as prm_data, segments as steps_lib  # pylint: disable=import-outside-toplevel
   tokens = np.array([[4, 9, 5, 2], [4, 2, 0, 0]])
   mask = tokens > 0
   s = steps_lib.segment(tokens, mask, (9,), max_steps=3, ignore_ids=(2,), eos_id=2)

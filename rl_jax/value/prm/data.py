@@ -21,10 +21,10 @@ import numpy as np
 
 from rl_jax import sampling
 from rl_jax.data.batching import decode_completions
-from rl_jax.train.state import TrainState, make_optimizer
-from rl_jax.value import pav
-from rl_jax.value import prm as prm_lib
-from rl_jax.value import steps as steps_lib
+from rl_jax.train_state import TrainState, make_optimizer
+from rl_jax.value.prm import model as prm_lib
+from rl_jax.value.prm import pav
+from rl_jax.value.prm import segments as steps_lib
 
 
 @dataclasses.dataclass

@@ -1,0 +1,1 @@
+"""Process reward models: the PRM head, step segments, PAV targets, data, judging, the process companion."""
