@@ -18,7 +18,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from rl_jax import data, models, parallel, sampling
+from rl_jax import data, models, parallel, sampling, seeds
 from rl_jax.data.batching import encode_completions, encode_prompts
 from rl_jax.rewards import contained
 from rl_jax.tokenizers import HFTokenizer, Tokenizer, train_sentencepiece
@@ -242,7 +242,7 @@ def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
   tc = config.task
   task = data.make_task(tc.name, tc.options.to_dict(), task_seed(config), tc.train_size,
                         tc.eval_size, answer_extraction=tc.answer_extraction)
-  demo_rng = np.random.default_rng([sft_seed(config), 7])  # SFT data: the SFT seed.
+  demo_rng = np.random.default_rng([sft_seed(config), seeds.SFT_DEMOS])  # SFT data: the SFT seed.
   if hasattr(task, "demonstrations"):  # A task with its own demonstration format (the ladder).
     demos = task.demonstrations(noise=tc.demo_noise, rng=demo_rng)
   else:

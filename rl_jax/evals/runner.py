@@ -21,8 +21,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from rl_jax import experiment
-from rl_jax import models, parallel, sampling
+from rl_jax import experiment, models, parallel, sampling, seeds
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import prompt_ids
 from rl_jax.evals import datasets, math_answers
@@ -245,7 +244,7 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, dataset: st
                                             max_prompt, chat_template=config.task.chat_template)
   temp = config.sampling.temperature if temperature is None else float(temperature)
   bs = batch_size or config.eval.batch_size
-  key = jax.random.fold_in(exp.root_key(), phases.PHASE_TAGS["eval"])
+  key = jax.random.fold_in(exp.root_key(), seeds.PHASE_TAGS["eval"])
   run = functools.partial(evaluate.completions, params, tokens, mask, exp.tokenizer, key,
                           cfg=exp.model_cfg, max_new_tokens=t, batch_size=bs)
   greedy_texts = run(strategy=sampling.Sampling(temperature=0.0), num_samples=1)

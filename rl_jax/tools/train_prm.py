@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from experiments.configs import common
-from rl_jax import experiment
+from rl_jax import experiment, seeds
 from rl_jax.evals import runner
 from rl_jax.value.prm import data as prm_data, judge as prm_eval
 from rl_jax.value.prm import model as prm_lib
@@ -22,7 +22,6 @@ from rl_jax.value.prm import pav as pav_lib
 from rl_jax.value.prm import segments as steps_lib
 
 KINDS = ("pav", "orm", "pav_tree")
-_TAG = 11  # random stream of PRM data (phases.PHASE_TAGS uses 1-5)
 
 
 def load_run(workdir: str, phase: str = "sft"):
@@ -57,9 +56,9 @@ def train(workdir: str, out_dir: str, *, kinds: Sequence[str] = ("pav", "orm"),
       raise ValueError(f"kind {k!r}; expected some of {KINDS}")
   t0 = time.perf_counter()
   exp, policy = load_run(workdir, phase)
-  key = jax.random.fold_in(jax.random.key(seed), _TAG)
+  key = jax.random.fold_in(jax.random.key(seed), seeds.PRM_DATA)
   delim = delimiters(exp, delimiter, token_ids)
-  ids = np.random.default_rng([seed, _TAG]).choice(len(exp.task.train), num_prompts,
+  ids = np.random.default_rng([seed, seeds.PRM_DATA]).choice(len(exp.task.train), num_prompts,
                                                    replace=False)
   comps = prm_data.sample(exp, policy, "train", ids, samples, jax.random.fold_in(key, 0))
   segs = prm_data.segment(exp, comps, delim, max_steps)
@@ -113,7 +112,7 @@ def evaluate(workdir: str, prm_dirs: Sequence[str], out_dir: str, *, phase: str 
   if not hasattr(exp.task, "check_steps"):
     raise ValueError(f"the run's task {exp.config.task.name!r} has no step checker; eval_prm "
                      "needs true step labels (the ladder task)")
-  key = jax.random.fold_in(jax.random.key(seed), _TAG + 1)
+  key = jax.random.fold_in(jax.random.key(seed), seeds.PRM_JUDGE)
   ids = spread_ids(len(exp.task.heldout), num_prompts)
   comps = prm_data.sample(exp, policy, "heldout", ids, samples, key)
   examples = comps.examples(exp)

@@ -29,8 +29,7 @@ import time
 import jax
 import numpy as np
 
-from rl_jax import experiment
-from rl_jax import models
+from rl_jax import experiment, models, seeds
 from rl_jax.evals import runner
 from rl_jax.train import phases
 from rl_jax.value import calibration
@@ -161,7 +160,7 @@ def train(config, run_dir: str, history: RolloutHistory, out_dir: str, *, steps:
   groups = {}
   for s in train_steps_:
     groups.setdefault(of_step(s), []).append(int(s))
-  rng = np.random.default_rng([config.seed, 23])
+  rng = np.random.default_rng([config.seed, seeds.V0_OFFLINE])
   key = jax.random.key(config.seed + 1)
   losses, chunk = [], 10
   order = sorted(groups)

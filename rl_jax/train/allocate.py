@@ -20,12 +20,9 @@ import numpy as np
 
 from rl_jax.rl import allocation as alloc_lib
 from rl_jax import experiment as experiment_lib
+from rl_jax import seeds
 from rl_jax.train import planner, round_rules
 from rl_jax.value.history import RolloutHistory
-
-# Random-stream tag of the allocators' host rng (Thompson draws, sampled selection); see
-# phases.PHASE_TAGS.
-ALLOC_TAG = 7
 
 # Rollout modes that take ragged groups (`planner.RAGGED_ROLLOUTS`; the tree modes through
 # `train.ragged_trees`).
@@ -227,10 +224,7 @@ class StepAllocator:
 
 def alloc_rng(config, step: int, round_idx: int = 0) -> np.random.Generator:
   """The allocator's generator for (seed, step, round): stateless, so a resume reproduces it."""
-  return np.random.default_rng([config.seed, ALLOC_TAG, step, round_idx])
-
-
-POOL_TAG = 41  # The prompt pool's random stream (stateless: depends on the task seed only).
+  return np.random.default_rng([config.seed, seeds.RL_ALLOC, step, round_idx])
 
 
 def prompt_pool(config, num_train: int) -> np.ndarray | None:
@@ -244,7 +238,7 @@ def prompt_pool(config, num_train: int) -> np.ndarray | None:
   n = config.rl.prompt_pool
   if not n:
     return None
-  rng = np.random.default_rng([experiment_lib.task_seed(config), POOL_TAG])
+  rng = np.random.default_rng([experiment_lib.task_seed(config), seeds.ALLOC_POOL])
   return np.sort(rng.choice(num_train, n, replace=False))
 
 

@@ -28,8 +28,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from rl_jax import compile_cache, data, models, parallel, sampling
-from rl_jax import experiment
+from rl_jax import compile_cache, data, experiment, models, parallel, sampling, seeds
 from rl_jax.data import ladder
 from rl_jax.evals import runner as eval_runner
 from rl_jax.metrics import MetricsWriter, plot_curves
@@ -78,7 +77,7 @@ def _evaluator(exp: experiment.Experiment):
   carry = (np.array([data.carry_class(e) for e in heldout])
            if exp.config.task.name == "chain_sum" else None)
   steps = hasattr(exp.task, "check_steps")
-  keys = {phase: jax.random.fold_in(exp.root_key(phase), phases.PHASE_TAGS["eval"])
+  keys = {phase: jax.random.fold_in(exp.root_key(phase), seeds.PHASE_TAGS["eval"])
           for phase in ("sft", "")}
 
   def run_eval(params, temperature: float, num_samples: int, phase: str = "") -> dict:

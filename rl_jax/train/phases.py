@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
-from rl_jax import models, parallel
+from rl_jax import models, parallel, seeds
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import LengthBuckets
 from rl_jax.metrics import MetricsWriter, ProgressBar
@@ -32,11 +32,6 @@ from rl_jax.value.v0 import run as run_v0
 from rl_jax.value.history import RolloutHistory
 
 _log = logging.getLogger(__name__)
-
-# Integer tags that separate the random streams of different phases.
-PHASE_TAGS = {"sft": 1, "rl": rollouts.RL_TAG, "sft_more": 3, "eval": 4,
-              "rl_round": rollouts.EXTRA_ROUND_TAG, "rl_extend": rollouts.EXTEND_TAG,
-              "rl_alloc": rollouts.allocate.ALLOC_TAG}
 
 
 # The RL phase's rollout history, exported when the phase ends (`value.history` JSON lines).
@@ -217,7 +212,7 @@ def problem_stream(exp: Experiment, phase: str, batch_size: int):
   from rl_jax.data import grain_source  # pylint: disable=import-outside-toplevel
   return grain_source.ProblemStream(
       exp.train_source, batch_size, seed=grain_source.sampler_seed(
-          experiment.phase_seed(exp.config, phase), PHASE_TAGS[phase]),
+          experiment.phase_seed(exp.config, phase), seeds.PHASE_TAGS[phase]),
       worker_count=exp.config.data.worker_count, read_threads=exp.config.data.read_threads)
 
 
@@ -234,7 +229,7 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
   ckpt = _ckpt(exp, phase, stream)
   state, start, meta, state_sh = _restore_or_init(exp, ckpt, params, tx)
   n = len(exp.train_prompts)
-  tag = PHASE_TAGS[phase]
+  tag = seeds.PHASE_TAGS[phase]
   example = SFTBatch(exp.train_prompts[:cfg.batch_size], exp.train_prompt_mask[:cfg.batch_size],
                      exp.demo_tokens[:cfg.batch_size], exp.demo_mask[:cfg.batch_size])
   step_jit = jax.jit(functools.partial(steps_lib.sft_step, model_cfg=exp.model_cfg),

@@ -49,6 +49,7 @@ import numpy as np
 
 from rl_jax import parallel
 from rl_jax import rewards as rewards_lib
+from rl_jax import seeds
 from rl_jax.data.batching import decode_completions
 from rl_jax.rl import losses
 from rl_jax.sampling import arrol, echo, engines, eptree, latr, treepo
@@ -56,9 +57,6 @@ from rl_jax.train import allocate, april, planner, ragged_trees, rl_inputs, roun
 from rl_jax.experiment import Experiment
 from rl_jax.types import Rollout
 
-# Random-stream tags (phases.PHASE_TAGS): round 0 uses the RL phase's stream, rounds >= 1 their own.
-# Extension rounds (extra rows of prompts already drawn, e.g. V0.5) use EXTEND_TAG.
-RL_TAG, EXTRA_ROUND_TAG, EXTEND_TAG = 2, 5, 6
 ROLLOUTS = ("iid", "latr", "eptree", "treepo", "echo", "arrol")
 overlong_shaping = rounds.overlong_shaping
 
@@ -219,8 +217,8 @@ def generation_round(exp: Experiment, params, step: int, round_idx: int, stream=
   With APRIL (`carry`, a `train.april.Carry`; config.rl.partial) round 0 is `april.april_round`.
   """
   rl = exp.config.rl
-  tag = RL_TAG if round_idx == 0 else EXTRA_ROUND_TAG
-  rng = exp.host_rng(RL_TAG, step) if round_idx == 0 else exp.host_rng(tag, step, round_idx)
+  tag = seeds.RL if round_idx == 0 else seeds.RL_ROUND
+  rng = exp.host_rng(seeds.RL, step) if round_idx == 0 else exp.host_rng(tag, step, round_idx)
   key = planner.round_key(exp, tag, step, round_idx)
   if carry is not None and round_idx == 0:
     return april.april_round(exp, params, step, carry, key, rng,
@@ -286,9 +284,10 @@ def _engine_round(exp: Experiment, params, requests: planner.Requests, key, rows
 def extend_round(exp: Experiment, params, step: int, round_idx: int,
                  requests: planner.Requests):
   """Extra rows for prompts already drawn (a round rule's request), in a power-of-two row count
-  at most R_max (`planner.engine_rows`); key and randomness from (seed, EXTEND_TAG, step, round)."""
+  at most R_max (`planner.engine_rows`); key and randomness from (seed,
+  seeds.RL_EXTEND, step, round)."""
   rows = planner.engine_rows(requests.total, planner.batch_rows(exp.config))
-  key = planner.round_key(exp, EXTEND_TAG, step, round_idx)
+  key = planner.round_key(exp, seeds.RL_EXTEND, step, round_idx)
   return _engine_round(exp, params, requests, key, max(rows, requests.total))
 
 

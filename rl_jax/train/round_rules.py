@@ -166,7 +166,7 @@ class DapoDynamic(RoundRule):
 
 @ROUND_RULES.register("v05_extra")
 class V05Extra(RoundRule):
-  """V0.5's extra rounds and per-row prior (ALGORITHMS.md §4.2, RECONSTRUCTED; `rl.advantages.v05`).
+  """V0.5's extra rounds and per-row prior (§4.2, RECONSTRUCTED; `rl.advantages.v05`).
 
   After each round every slot is tested against its prior p0 (successes = first raw reward
   component > `rl.success_threshold`); a rejected slot below n_max asks for its group to be

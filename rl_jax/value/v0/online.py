@@ -28,13 +28,13 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
+from rl_jax import seeds
 from rl_jax.value.history import RolloutHistory
 from rl_jax.value.v0 import core as v0_lib
 from rl_jax.value.v0 import episodes as ep
 from rl_jax.value.v0 import io as v0_io
 from rl_jax.value.v0 import train as v0_train
 
-_TAG = 15  # separates V0's random streams from the run's other ones
 NO_INFO_SIGMA0_SQ = 0.25
 
 
@@ -48,7 +48,8 @@ class V0Prior:
     self.seed = int(seed)
     self.tx = v0_train.optimizer(vcfg.optim)
     d = d_model if d_model is not None else hidden.d_model
-    params = v0_lib.init_params(self.cfg, jax.random.fold_in(jax.random.key(self.seed), _TAG),
+    params = v0_lib.init_params(self.cfg,
+                                jax.random.fold_in(jax.random.key(self.seed), seeds.V0_PRIOR),
                                 d_model=d)
     if vcfg.init:  # parameters trained elsewhere (experiments/train_value.py)
       cfg, loaded = v0_io.load(vcfg.init)
@@ -98,8 +99,9 @@ class V0Prior:
     steps = steps[steps > step - c.train_window]
     hold_out = c.estimate_sigma0 and len(steps) > 1
     query_steps = steps[:-1] if hold_out else steps
-    rng = np.random.default_rng([self.seed, _TAG, step])
-    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), _TAG), step + 1)
+    rng = np.random.default_rng([self.seed, seeds.V0_PRIOR, step])
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), seeds.V0_PRIOR),
+                             step + 1)
     hidden = self._hidden_of(policy_params)
     try:
       self.params, self.opt_state, m = v0_train.fit(

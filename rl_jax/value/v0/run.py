@@ -31,13 +31,12 @@ from typing import Optional
 import jax
 import numpy as np
 
-from rl_jax import models, parallel, sampling
+from rl_jax import models, parallel, sampling, seeds
 from rl_jax.value import calibration
 from rl_jax.value.v0 import core as v0_lib
 from rl_jax.value.v0 import features
 from rl_jax.value.v0.online import V0Prior
 
-CALIB_TAG = 16  # random stream of the calibration samples
 _ATTR = "_value_v0"  # where the run's RunV0 is kept on its Experiment
 
 
@@ -138,7 +137,7 @@ class RunV0:
     n = min(c.calib_prompts, m)
     j = (np.arange(n) * m) // n  # evenly spaced: held-out sets may be ordered by stratum
     t0 = time.perf_counter()
-    key = jax.random.fold_in(jax.random.fold_in(exp.root_key(), CALIB_TAG), step)
+    key = jax.random.fold_in(jax.random.fold_in(exp.root_key(), seeds.V0_CALIB), step)
     res = sampling.generate(
         models.cast_params(exp.model_cfg, params), exp.heldout_prompts[j],
         exp.heldout_prompt_mask[j], key, cfg=exp.model_cfg, strategy=exp.rollout_strategy,
