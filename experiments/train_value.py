@@ -21,7 +21,7 @@ import os
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from rl_jax.evals import runner
+from rl_jax import workdir as workdir_lib
 from rl_jax.tools import train_value as offline
 from rl_jax.value.history import RolloutHistory
 
@@ -43,7 +43,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  config = _CONFIG.value or runner.load_config(_WORKDIR.value)
+  config = _CONFIG.value or workdir_lib.load_config(_WORKDIR.value)
   if "value" not in config:  # a run made before config.value existed
     from experiments.configs import common  # pylint: disable=import-outside-toplevel
     with config.unlocked():

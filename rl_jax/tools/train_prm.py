@@ -15,6 +15,7 @@ import numpy as np
 
 from experiments.configs import common
 from rl_jax import experiment, seeds
+from rl_jax import workdir as workdir_lib
 from rl_jax.evals import runner
 from rl_jax.value.prm import data as prm_data, judge as prm_eval
 from rl_jax.value.prm import model as prm_lib
@@ -26,7 +27,7 @@ KINDS = ("pav", "orm", "pav_tree")
 
 def load_run(workdir: str, phase: str = "sft"):
   """(experiment, policy params of `phase`) of a finished run."""
-  exp = experiment.build(runner.load_config(workdir), workdir)
+  exp = experiment.build(workdir_lib.load_config(workdir), workdir)
   return exp, runner.load_params(exp, phase)
 
 

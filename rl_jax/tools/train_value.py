@@ -30,8 +30,8 @@ import jax
 import numpy as np
 
 from rl_jax import experiment, models, seeds
+from rl_jax import workdir as workdir_lib
 from rl_jax.evals import runner
-from rl_jax.train import phases
 from rl_jax.value import calibration
 from rl_jax.value.history import RolloutHistory
 from rl_jax.value.v0 import core as v0_lib
@@ -47,11 +47,11 @@ def policy_checkpoints(exp) -> dict:
   one) and kept RL checkpoints."""
   out = {}
   sft_src = exp.config.init_from or exp.workdir
-  sft_dir = phases.checkpoint_dir(sft_src, "sft")
+  sft_dir = workdir_lib.checkpoint_dir(sft_src, "sft")
   if os.path.isdir(sft_dir):
     sft_exp = exp if sft_src == exp.workdir else _with_workdir(exp, sft_src)
     out[0] = lambda: _restore(sft_exp, "sft", exp.config.sft.steps)
-  rl_dir = phases.checkpoint_dir(exp.workdir, "rl")
+  rl_dir = workdir_lib.checkpoint_dir(exp.workdir, "rl")
   if os.path.isdir(rl_dir):
     for name in sorted(os.listdir(rl_dir)):
       if name.isdigit():

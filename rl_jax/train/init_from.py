@@ -14,6 +14,7 @@ import shutil
 import jax
 
 from rl_jax import models, parallel, tokenizers
+from rl_jax import workdir as workdir_lib
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.experiment import Experiment
 from rl_jax.train import phases
@@ -21,7 +22,7 @@ from rl_jax.train_state import TrainState, make_optimizer
 
 
 def _sft_dir(source: str) -> str:
-  return phases.checkpoint_dir(source, "sft")
+  return workdir_lib.checkpoint_dir(source, "sft")
 
 
 def _tokenizer_files(workdir: str) -> tuple[str, str]:

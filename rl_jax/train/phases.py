@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from rl_jax import models, parallel, seeds
+from rl_jax import workdir as workdir_lib
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import LengthBuckets
 from rl_jax.metrics import MetricsWriter, ProgressBar
@@ -34,8 +35,6 @@ from rl_jax.value.history import RolloutHistory
 _log = logging.getLogger(__name__)
 
 
-# The RL phase's rollout history, exported when the phase ends (`value.history` JSON lines).
-HISTORY_FILE = "history.jsonl"
 
 
 class Interrupted(Exception):
@@ -193,14 +192,9 @@ def _restore_or_init(exp: Experiment, ckpt: Checkpointer, params, tx):
   return restored, step, meta, shardings
 
 
-def checkpoint_dir(workdir: str, phase: str) -> str:
-  """Where a run keeps the checkpoints of `phase` (`config.init_from` reads the 'sft' ones)."""
-  return os.path.join(workdir, "checkpoints", phase)
-
-
 def _ckpt(exp: Experiment, phase: str, stream=None) -> Checkpointer:
   c = exp.config.checkpoint
-  return Checkpointer(checkpoint_dir(exp.workdir, phase), save_every=c.every,
+  return Checkpointer(workdir_lib.checkpoint_dir(exp.workdir, phase), save_every=c.every,
                       max_to_keep=c.max_to_keep,
                       data_iterator=None if stream is None else stream.iterator)
 
@@ -363,7 +357,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
     scorer = process.ProcessScorer(exp, sft_params)
     if scorer.online:  # the online PRM (prime, oprl) is checkpointed beside the policy
       c = exp.config.checkpoint
-      scorer.attach_checkpointer(Checkpointer(checkpoint_dir(exp.workdir, "rl_prm"),
+      scorer.attach_checkpointer(Checkpointer(workdir_lib.checkpoint_dir(exp.workdir, "rl_prm"),
                                               save_every=c.every, max_to_keep=c.max_to_keep),
                                  start)
     example = example.replace(step_of=np.zeros((r, t), np.int32),
@@ -407,5 +401,5 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   if scorer is not None:
     scorer.close()
   if parallel.is_primary():
-    history.to_jsonl(os.path.join(exp.workdir, HISTORY_FILE))
+    history.to_jsonl(os.path.join(exp.workdir, workdir_lib.HISTORY_FILE))
   return PhaseResult(state.params, seconds, cfg.steps)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rl_jax import experiment
+from rl_jax import workdir as workdir_lib
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import advantages
 from rl_jax.rl.advantages import v05
@@ -183,5 +184,5 @@ def test_rl_phase_with_v05(smoke_config, tmp_path):
   for r in records:
     assert {"v05/rejected_frac", "v05/w_mean", "v05/extra_rows", "rollout_tokens"} <= set(r)
     assert all(np.isfinite(v) for v in r.values() if isinstance(v, float))
-  saved = RolloutHistory.from_jsonl(tmp_path / phases.HISTORY_FILE)
+  saved = RolloutHistory.from_jsonl(tmp_path / workdir_lib.HISTORY_FILE)
   assert saved.records()["attempts"].sum() >= 2 * 4 * 4

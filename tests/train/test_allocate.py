@@ -9,6 +9,7 @@ import pytest
 
 from experiments.configs import ladder
 from rl_jax import experiment
+from rl_jax import workdir as workdir_lib
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.train import allocate, config_check, phases, rollouts
 from rl_jax.value.history import RolloutHistory
@@ -210,7 +211,7 @@ def test_rl_phase_resumed_allocates_as_uninterrupted(smoke_config_factory, tmp_p
               for r in read_metrics(tmp_path / d) if r["phase"] == "rl"} for d in "ab"}
   assert recs["a"][3] == recs["b"][3]
   assert "alloc/effective_groups" in recs["a"][3]
-  h = [RolloutHistory.from_jsonl(tmp_path / d / phases.HISTORY_FILE) for d in "ab"]
+  h = [RolloutHistory.from_jsonl(tmp_path / d / workdir_lib.HISTORY_FILE) for d in "ab"]
   assert h[0] == h[1] and len(set(h[0].records()["prompt_id"].tolist())) <= 12
 
 

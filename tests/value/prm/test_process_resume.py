@@ -9,13 +9,14 @@ import pytest
 
 from experiments.configs import ladder
 from rl_jax import experiment
+from rl_jax import workdir as workdir_lib
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.train import config_check, phases
 
 
 def _prm_params(workdir, step, like):
-  with Checkpointer(phases.checkpoint_dir(str(workdir), "rl_prm"), save_every=1) as ckpt:
+  with Checkpointer(workdir_lib.checkpoint_dir(str(workdir), "rl_prm"), save_every=1) as ckpt:
     state, meta = ckpt.restore(step, like)
   assert meta["kind"] == "prime"
   return state.params
@@ -42,7 +43,7 @@ def test_prime_resume_equals_uninterrupted(tmp_path):
   sft = run(tmp_path / "a")
   with pytest.raises(phases.Interrupted):
     run(tmp_path / "b", "rl:2")
-  prm_dir = phases.checkpoint_dir(str(tmp_path / "b"), "rl_prm")
+  prm_dir = workdir_lib.checkpoint_dir(str(tmp_path / "b"), "rl_prm")
   assert sorted(os.listdir(prm_dir)) == ["2"]  # written with the policy's step-2 checkpoint
   run(tmp_path / "b")
   timing = ("time", "step_seconds")
