@@ -1,4 +1,4 @@
-"""TrainState and the optimizer built from config."""
+"""TrainState, the optimizer built from config, and that config (`optim_config`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 
 
@@ -59,3 +60,13 @@ def make_optimizer(optim, total_steps: int) -> optax.GradientTransformation:
   chain.append(optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps,
                            weight_decay=optim.weight_decay))
   return optax.chain(*chain)
+
+
+def optim_config(lr: float, *, warmup_steps: int = 0, schedule: str = "constant",
+                 end_lr_frac: float = 0.0, weight_decay: float = 0.0, b1: float = 0.9,
+                 b2: float = 0.99, eps: float = 1e-8,
+                 grad_clip: float = 1.0) -> ml_collections.ConfigDict:
+  """The optimizer settings `make_optimizer` reads (`config.*.optim`), as a ConfigDict."""
+  return ml_collections.ConfigDict(dict(
+      lr=lr, warmup_steps=warmup_steps, schedule=schedule, end_lr_frac=end_lr_frac,
+      weight_decay=weight_decay, b1=b1, b2=b2, eps=eps, grad_clip=grad_clip))

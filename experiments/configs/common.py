@@ -8,6 +8,7 @@ import ml_collections
 
 from rl_jax import compile_cache, models
 from rl_jax.rl import allocation as allocation_lib
+from rl_jax.train_state import optim_config
 
 
 def model(preset: str) -> ml_collections.ConfigDict:
@@ -44,14 +45,6 @@ def allocation() -> ml_collections.ConfigDict:
     fields[name] = ml_collections.ConfigDict(
         {f.name: f.default for f in dataclasses.fields(cls)})
   return ml_collections.ConfigDict(fields)
-
-
-def optim(lr: float, *, warmup_steps: int = 0, schedule: str = "constant",
-          end_lr_frac: float = 0.0, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.99,
-          eps: float = 1e-8, grad_clip: float = 1.0) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      lr=lr, warmup_steps=warmup_steps, schedule=schedule, end_lr_frac=end_lr_frac,
-      weight_decay=weight_decay, b1=b1, b2=b2, eps=eps, grad_clip=grad_clip))
 
 
 def base() -> ml_collections.ConfigDict:
@@ -106,15 +99,16 @@ def base() -> ml_collections.ConfigDict:
   # initialization, demonstrations, batches and evaluations) across training seeds.
   c.sft = ml_collections.ConfigDict(dict(steps=500, batch_size=128, eval_every=0,
                                          length_buckets=0, seed=-1,
-                                         optim=optim(1e-3, warmup_steps=50, schedule="cosine",
-                                                     end_lr_frac=0.1, weight_decay=0.01)))
+                                         optim=optim_config(1e-3, warmup_steps=50,
+                                                            schedule="cosine", end_lr_frac=0.1,
+                                                            weight_decay=0.01)))
   # RL (rl_jax/train/steps.py RLHyper and rl_jax/train/rollouts.py document each field).
   # group_size is the rows per prompt: MC-GRPO with G=2 (+1 pivot) is group_size=3.
   c.rl = ml_collections.ConfigDict(dict(
       steps=100, prompts_per_step=32, group_size=8, advantage="grpo",
       advantage_options=ml_collections.ConfigDict(), loss="ppo", clip_low=0.2, clip_high=0.2,
       clip_ratio_c=3.0, kl_coef=0.0, kl_kind="k3", aggregation="token-mean", sft_coef=0.0,
-      eval_every=25, optim=optim(1e-4),
+      eval_every=25, optim=optim_config(1e-4),
       # Reward components (rl_jax.rewards.REWARDS) and weights (() = all 1).
       rewards=("task_score",), reward_weights=(),
       # Every reward call is contained (rl_jax/rewards/contained.py): past reward_timeout seconds
@@ -263,7 +257,7 @@ def base() -> ml_collections.ConfigDict:
       mlp_hidden=64, dropout=0.0, head="kernel", head_dim=32, support_size=256, episode_queries=8,
       episodes_per_step=4, alpha=0.25, train_every=5, train_steps=20, train_window=10,
       min_attempts=1, sigma0_sq=0.01, estimate_sigma0=True, sigma0_sq_floor=1e-3,
-      optim=optim(1e-3, weight_decay=0.01),
+      optim=optim_config(1e-3, weight_decay=0.01),
       calib_prompts=256, calib_samples=8))))
   c.mesh = ml_collections.ConfigDict(dict(shape=(1, 1, 1)))
   c.checkpoint = ml_collections.ConfigDict(dict(every=50, max_to_keep=2))

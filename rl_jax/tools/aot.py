@@ -31,7 +31,7 @@ separate pieces and adding them `trip count - 1` more times (`xla_flops`, `xla_b
 numbers are `xla_flops_raw`, `xla_bytes_raw`). Loops inside a piece stay counted once, and a
 Pallas kernel counts what it declares (`pl.CostEstimate`; the TPU log-prob kernels do), so
 `model_flops_per_device` (matmul and causal-attention FLOPs of the phase, as
-`benchmarks.roofline` counts them, over the devices) is given too and the roofline takes the
+`chips.sequence_flops` counts them, over the devices) is given too and the roofline takes the
 larger of the two FLOP counts.
 
 The phases are compiled under the mesh as the context mesh (`jax.sharding.use_abstract_mesh`), as
@@ -347,10 +347,8 @@ class _Builder:
 
 
 def _sequence_flops(cfg, start: int, length: int, unembed: int) -> float:
-  """Model FLOPs of one row (`benchmarks.roofline.sequence_flops`: the repository root's
-  benchmarks, next to the other roofline numbers)."""
-  from benchmarks.roofline import sequence_flops  # pylint: disable=g-import-not-at-top
-  return float(sequence_flops(cfg, start, length, unembed))
+  """Model FLOPs of one row (`chips.sequence_flops`)."""
+  return float(chips.sequence_flops(cfg, start, length, unembed))
 
 
 def _cost(compiled) -> tuple[float, float]:

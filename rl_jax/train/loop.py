@@ -31,7 +31,6 @@ import numpy as np
 from rl_jax import compile_cache, data, experiment, models, parallel, sampling, seeds
 from rl_jax import workdir as workdir_lib
 from rl_jax.data import ladder
-from rl_jax.evals import runner as eval_runner
 from rl_jax.metrics import MetricsWriter, plot_curves
 from rl_jax.train import config_check, evaluate, init_from, phases, planner, signals
 

@@ -5,7 +5,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.configs import common
 from rl_jax import models, sampling
 from rl_jax.models import heads
 from rl_jax.value.prm import model as prm_lib
@@ -63,8 +62,8 @@ def test_fit_lowers_the_loss_and_save_load_round_trips(tmp_path):
   labels, w = steps_lib.step_labels_to_tokens(np.tile([[0.9, 0.1, 0.0]], (8, 1)), s, 6)
   batch = prm_lib.PRMBatch(prompt, pmask, tokens, mask, labels, w)
   params = prm_lib.init_from_policy(CFG, _init_params(CFG, jax.random.key(1)))
-  from rl_jax.train_state import TrainState, make_optimizer
-  state = TrainState.create(params, make_optimizer(common.optim(1e-2), 30))
+  from rl_jax.train_state import TrainState, make_optimizer, optim_config
+  state = TrainState.create(params, make_optimizer(optim_config(1e-2), 30))
   step = jax.jit(lambda st, b: prm_lib.train_step(st, b, cfg=CFG))
   first = None
   for _ in range(30):
