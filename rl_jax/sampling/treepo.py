@@ -46,6 +46,12 @@ class TreePOOptions:
   first_width: int = 2
   branches: int = 2
 
+  @classmethod
+  def from_config(cls, config) -> "TreePOOptions":
+    """`config.rl.treepo` -> TreePOOptions."""
+    c = config.rl.treepo
+    return cls(segment_len=c.segment_len, first_width=c.first_width, branches=c.branches)
+
   def __post_init__(self):
     for name in ("segment_len", "first_width", "branches"):
       if getattr(self, name) < 1:

@@ -18,19 +18,19 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
-from rl_jax import models, parallel, seeds
+from rl_jax import experiment, models, parallel, seeds
 from rl_jax import workdir as workdir_lib
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import LengthBuckets
+from rl_jax.experiment import Experiment
 from rl_jax.metrics import MetricsWriter, ProgressBar
-from rl_jax import experiment
+from rl_jax.sampling import eptree
 from rl_jax.train import april, planner, rollouts, signals
 from rl_jax.train import steps as steps_lib
-from rl_jax.experiment import Experiment
 from rl_jax.train_state import TrainState, make_optimizer
 from rl_jax.types import Rollout, SFTBatch, Tree
-from rl_jax.value.v0 import run as run_v0
 from rl_jax.value.history import RolloutHistory
+from rl_jax.value.v0 import run as run_v0
 
 _log = logging.getLogger(__name__)
 
@@ -344,7 +344,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
   if cfg.advantage == "v05":  # the rollout carries (p0, w) per row (round_rules.V05Extra)
     example = example.replace(prior=np.zeros((r, 2), np.float32))
   if cfg.rollout == "eptree":  # the rollout carries its tree (for the tree advantages)
-    n = rollouts.eptree_options(exp.config).max_nodes
+    n = eptree.EPTreeOptions.from_config(exp.config).max_nodes
     b = cfg.prompts_per_step
     example = example.replace(tree=Tree(
         parent=np.zeros((b, n), np.int32), depth=np.zeros((b, n), np.int32),

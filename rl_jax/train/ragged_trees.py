@@ -155,7 +155,7 @@ def eptree_rows(exp, params, ids, counts, key, rng, step, score):
   """EPTree forests of Lv leaves per prompt; n_b of prompt b's leaves kept (`select_leaves`)."""
   del step
   from rl_jax.train import rollouts  # pylint: disable=import-outside-toplevel
-  opts = rollouts.eptree_options(exp.config)
+  opts = eptree.EPTreeOptions.from_config(exp.config)
   out = parallel.to_host(eptree.eptree_rollout(
       params, exp.train_prompts[ids], exp.train_prompt_mask[ids], key, options=opts,
       **_sample_kwargs(exp)))
@@ -176,7 +176,7 @@ def treepo_rows(exp, params, ids, counts, key, rng, step, score):
   from rl_jax.train import rollouts  # pylint: disable=import-outside-toplevel
   gm = planner.max_group_size(exp.config)
   out = treepo.treepo_rollout(params, exp.train_prompts[ids], exp.train_prompt_mask[ids], key,
-                              options=rollouts.treepo_options(exp.config), group=gm,
+                              options=treepo.TreePOOptions.from_config(exp.config), group=gm,
                               budgets=counts, **_sample_kwargs(exp))
   keep = block_rows(counts, gm)
   fields = dict(tokens=out.tokens[keep], mask=out.mask[keep], logp=out.logp[keep],
@@ -220,7 +220,7 @@ def latr_rows(exp, params, ids, counts, key, rng, step, score):
   if slots and k.any():
     tree = parallel.to_host(latr.latr_generate(
         params, exp.train_prompts[ids], exp.train_prompt_mask[ids], jax.random.fold_in(key, 1),
-        options=rollouts.latr_options(exp.config), num_slots=slots,
+        options=latr.LatrOptions.from_config(exp.config), num_slots=slots,
         budgets=np.asarray(k, np.int32), **_sample_kwargs(exp)))
     keep = block_rows(k, slots)
     blocks.append({name: np.asarray(getattr(tree, name))[keep]

@@ -61,36 +61,6 @@ ROLLOUTS = ("iid", "latr", "eptree", "treepo", "echo", "arrol")
 overlong_shaping = rounds.overlong_shaping
 
 
-def latr_options(config) -> latr.LatrOptions:
-  """`config.rl.latr` -> LatrOptions (thresholds < 0 disable a pruning criterion)."""
-  c = config.rl.latr
-  off = lambda x: None if x < 0 else float(x)
-  return latr.LatrOptions(
-      tau_abs=c.tau_abs, tau_rel=c.tau_rel, windows=tuple(c.windows),
-      ed_threshold=off(c.ed_threshold), sm_threshold=off(c.sm_threshold),
-      rl_threshold=off(c.rl_threshold), thres_init=c.thres_init, thres_decay=c.thres_decay,
-      force_return_step=c.force_return_step, fill=c.fill)
-
-
-def eptree_options(config) -> eptree.EPTreeOptions:
-  c = config.rl.eptree
-  return eptree.EPTreeOptions(num_chains=c.num_chains, forks_per_round=c.forks_per_round,
-                              rounds=c.rounds, branches=c.branches,
-                              min_tokens_left=c.min_tokens_left,
-                              min_prefix_fraction=c.min_prefix_fraction)
-
-
-def treepo_options(config) -> treepo.TreePOOptions:
-  c = config.rl.treepo
-  return treepo.TreePOOptions(segment_len=c.segment_len, first_width=c.first_width,
-                              branches=c.branches)
-
-
-def echo_options(config) -> echo.EchoOptions:
-  """`config.rl.echo` -> EchoOptions (every field by name)."""
-  return echo.EchoOptions(**config.rl.echo.to_dict())
-
-
 def mix_ratio(schedule, step: int) -> float:
   """η at `step` of a piecewise-constant schedule ((start_step, η), ...) sorted by step."""
   eta = 1.0
@@ -120,13 +90,13 @@ def check_config(config) -> None:
   if rl.rollout not in ROLLOUTS:
     raise ValueError(f"config.rl.rollout={rl.rollout!r}; expected one of {ROLLOUTS}")
   if rl.rollout == "latr":
-    latr_options(config)
+    latr.LatrOptions.from_config(config)
     steps = [s for s, _ in rl.latr.mix_schedule]
     if steps != sorted(steps) or any(not 0 <= e <= 1 for _, e in rl.latr.mix_schedule):
       raise ValueError(f"config.rl.latr.mix_schedule must be (step, eta) pairs sorted by step "
                        f"with eta in [0, 1], got {rl.latr.mix_schedule}")
   if rl.rollout == "eptree":
-    leaves = eptree_options(config).leaves
+    leaves = eptree.EPTreeOptions.from_config(config).leaves
     for field in ("group_size", "max_group_size"):
       if rl[field] > leaves:
         raise ValueError(f"config.rl.{field}={rl[field]} exceeds the {leaves} leaves per "
@@ -141,12 +111,11 @@ def check_config(config) -> None:
                      f"{rl.rollout!r} (groups carry a tree) in dense groups; use rollout='iid' "
                      "or 'latr', or ragged groups (config.rl.max_group_size > 0)")
   if rl.rollout == "treepo":
-    treepo_options(config)
+    treepo.TreePOOptions.from_config(config)
   if rl.rollout == "echo":
     _check_echo(config)
   if rl.rollout == "arrol":
-    from rl_jax.value import quality_head  # pylint: disable=import-outside-toplevel
-    quality_head.options(config)
+    arrol.ArrolOptions.from_config(config)
   if not 0.0 <= rl.success_threshold < 1.0:
     raise ValueError(f"config.rl.success_threshold must be in [0, 1) (a rollout succeeds when "
                      f"its first reward component exceeds it), got {rl.success_threshold}")
@@ -180,7 +149,7 @@ def _check_v05(config) -> None:
 def _check_echo(config) -> None:
   """rollout='echo': valid `config.rl.echo` options, and fewer branching rows than G (0 = no
   branching)."""
-  opts = echo_options(config)
+  opts = echo.EchoOptions.from_config(config)
   g = config.rl.group_size
   if opts.branch_roots >= g:
     raise ValueError(f"config.rl.echo.branch_roots={opts.branch_roots}: expected fewer than "
@@ -336,7 +305,7 @@ def _latr_rows(exp: Experiment, params, idx, key, rng, step):
   if n_kt:
     tree = latr.latr_generate(params, exp.train_prompts[idx], exp.train_prompt_mask[idx],
                               jax.random.fold_in(key, 1), cfg=exp.model_cfg,
-                              strategy=exp.rollout_strategy, options=latr_options(exp.config),
+                              strategy=exp.rollout_strategy, options=latr.LatrOptions.from_config(exp.config),
                               num_slots=n_kt, max_new_tokens=t, eos_id=exp.tokenizer.eos_id,
                               pad_id=exp.tokenizer.pad_id)
     tree = parallel.to_host(tree)
@@ -361,7 +330,7 @@ def _eptree_rows(exp: Experiment, params, idx, key, rng, step):
   """EPTree leaves; G of each prompt's leaves are kept (one correct leaf when there is one)."""
   del step
   rl = exp.config.rl
-  opts = eptree_options(exp.config)
+  opts = eptree.EPTreeOptions.from_config(exp.config)
   out = eptree.eptree_rollout(params, exp.train_prompts[idx], exp.train_prompt_mask[idx], key,
                               cfg=exp.model_cfg, strategy=exp.rollout_strategy, options=opts,
                               max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
@@ -382,7 +351,7 @@ def _treepo_rows(exp: Experiment, params, idx, key, rng, step):
   g = exp.config.rl.group_size
   out = treepo.treepo_rollout(params, exp.train_prompts[idx], exp.train_prompt_mask[idx], key,
                               cfg=exp.model_cfg, strategy=exp.rollout_strategy,
-                              options=treepo_options(exp.config), group=g,
+                              options=treepo.TreePOOptions.from_config(exp.config), group=g,
                               max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
                               pad_id=exp.tokenizer.pad_id)
   rewards, counts = _score(exp, out.tokens, out.mask, np.repeat(idx, g))
@@ -397,7 +366,7 @@ def _echo_rows(exp: Experiment, params, idx, key, rng, step):
   del rng, step
   out = parallel.to_host(echo.echo_generate(
       params, exp.train_prompts[idx], exp.train_prompt_mask[idx], key, cfg=exp.model_cfg,
-      strategy=exp.rollout_strategy, options=echo_options(exp.config),
+      strategy=exp.rollout_strategy, options=echo.EchoOptions.from_config(exp.config),
       num_slots=exp.config.rl.group_size, max_new_tokens=exp.max_new_tokens,
       eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id))
   g = exp.config.rl.group_size

@@ -127,5 +127,5 @@ def test_sweep_applies_to_the_ladder_config():
     config = ladder.get_config()
     config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
     config_check.check(config)
-    opts = quality_head.options(config)
+    opts = arrol.ArrolOptions.from_config(config)
     assert (opts.oversample, opts.keep, opts.prune_at) == (12, 8, 20)

@@ -90,8 +90,7 @@ def sample_tree(exp, params, ids: Sequence[int], key: jax.Array, *, batch_size: 
   completion (group = leaves per prompt) and the per-token Monte Carlo prefix values of the tree
   (`pav.tree_prefix_labels`, [R, T + 1], with the leaf counts as weights)."""
   from rl_jax.sampling import eptree  # pylint: disable=import-outside-toplevel
-  from rl_jax.train import rollouts  # pylint: disable=import-outside-toplevel
-  opts = rollouts.eptree_options(exp.config)
+  opts = eptree.EPTreeOptions.from_config(exp.config)
   ids = np.asarray(ids, np.int64)
   parts, values, counts, decoded = [], [], [], 0
   for j, start in enumerate(range(0, len(ids), batch_size)):
