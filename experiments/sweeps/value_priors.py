@@ -9,7 +9,7 @@ run of every seed from it, like the GRPO baselines:
         --workdirs='runs/pg/ladder_baselines/grpo_g[48]_seed*' --baseline=grpo_g4 --calibration \
         --out=runs/pg/value_priors.md
 
-V0.5 (rl_jax/rl/advantages/v05.py, reconstructed): n0 = G = 4 rows per prompt; a prompt whose rollouts
+V0.5 (rl/advantages/v05.py, reconstructed): n0 = G = 4 rows per prompt; a prompt whose rollouts
 reject the prior (z-test, α = 0.05) gets its group doubled up to n_max = 16 rows; the batch holds
 R_max = 256 rows (the rows of GRPO G = 8: what the trainer processes is the same size), so the
 extra rows are bounded by 128 per step. Variants differ in the prior p0 (rl_jax/value/priors.py)

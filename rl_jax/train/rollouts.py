@@ -305,7 +305,8 @@ def _latr_rows(exp: Experiment, params, idx, key, rng, step):
   if n_kt:
     tree = latr.latr_generate(params, exp.train_prompts[idx], exp.train_prompt_mask[idx],
                               jax.random.fold_in(key, 1), cfg=exp.model_cfg,
-                              strategy=exp.rollout_strategy, options=latr.LatrOptions.from_config(exp.config),
+                              strategy=exp.rollout_strategy,
+                              options=latr.LatrOptions.from_config(exp.config),
                               num_slots=n_kt, max_new_tokens=t, eos_id=exp.tokenizer.eos_id,
                               pad_id=exp.tokenizer.pad_id)
     tree = parallel.to_host(tree)

@@ -117,5 +117,6 @@ def _v0(exp, history):
   """The run's V0 (rl_jax/value/v0/run.py): its support set follows `history` through the RL
   phase's `after_step` calls, so `history` is not read here."""
   del history
-  from rl_jax.value.v0 import run as run_v0  # pylint: disable=import-outside-toplevel (a cycle otherwise)
+  # pylint: disable-next=import-outside-toplevel (lazy: V0 pulls in models, sampling)
+  from rl_jax.value.v0 import run as run_v0
   return run_v0.of_experiment(exp).prior

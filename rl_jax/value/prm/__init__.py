@@ -1,1 +1,1 @@
-"""Process reward models: the PRM head, step segments, PAV targets, data, judging, the process companion."""
+"""Process reward models: the PRM, step segments, PAV targets, data, judging, process rewards."""

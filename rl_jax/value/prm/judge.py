@@ -1,7 +1,7 @@
 """Judging PRMs against true step labels (the proving ground's `check_steps`).
 
 A completion of a k-term ladder problem has n = k - 1 scratchpad steps and a final answer line;
-its segments (non-empty lines, `value.prm.segments`) are matched to them in order, and the true label of
+its segments (non-empty lines, `prm.segments`) are matched to them in order, and the true label of
 segment h is `steps_correct[h]` for h < n and the reward for the final line (h = n). Rows whose
 segment count differs from their non-empty line count (a tokenization edge) are left out and
 counted. The true first wrong step f is the first segment whose label is False (n + 1 when all

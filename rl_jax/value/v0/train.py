@@ -30,7 +30,8 @@ from rl_jax.value.v0.loss import combined_loss
 
 
 def optimizer(optim) -> optax.GradientTransformation:
-  """AdamW with clipping from a `train_state.optim_config` ConfigDict (constant schedule after warm-up)."""
+  """AdamW with clipping from a `train_state.optim_config` ConfigDict (constant schedule after
+  warm-up)."""
   return make_optimizer(optim, max(int(optim.warmup_steps) + 1, 1))
 
 
