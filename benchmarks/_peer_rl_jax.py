@@ -21,7 +21,7 @@ def main():
   from rl_jax import compile_cache, models, sampling  # pylint: disable=g-import-not-at-top
   from rl_jax.tokenizers import HFTokenizer  # pylint: disable=g-import-not-at-top
   from rl_jax.train import steps  # pylint: disable=g-import-not-at-top
-  from rl_jax.train.state import TrainState, make_optimizer  # pylint: disable=g-import-not-at-top
+  from rl_jax.train_state import TrainState, make_optimizer  # pylint: disable=g-import-not-at-top
   from rl_jax.types import Rollout  # pylint: disable=g-import-not-at-top
 
   # Before anything compiles, as `train.loop.run` does ('' = off; the config's defaults).

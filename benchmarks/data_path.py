@@ -24,9 +24,9 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from rl_jax import data
+from rl_jax import data, seeds
+from rl_jax import experiment
 from rl_jax.data import grain_source, tfds_builders
-from rl_jax.train import experiment
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
                                           "experiment config")
@@ -68,9 +68,9 @@ def main(argv):
     draws = {}
     for name, size in (("sft", config.sft.batch_size), ("rl", config.rl.prompts_per_step)):
       # Experiment.host_rng(tag, step): a fresh numpy generator per (seed, tag, step).
-      memory = _draw_us(lambda step: np.random.default_rng([config.seed, 1, step]).choice(
+      memory = _draw_us(lambda step: np.random.default_rng([config.seed, seeds.SFT, step]).choice(
           n, size, replace=False), _DRAWS.value)
-      stream = grain_source.ProblemStream(train, size, seed=grain_source.sampler_seed(0, 1),
+      stream = grain_source.ProblemStream(train, size, seed=grain_source.sampler_seed(0, seeds.SFT),
                                           worker_count=_WORKERS.value,
                                           read_threads=_THREADS.value)
       grain = _draw_us(lambda step: stream.next_indices(), _DRAWS.value)

@@ -24,7 +24,7 @@ import optax
 
 from rl_jax import models
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout
 
 PRECISIONS = {"float32": ("float32", "float32"), "bfloat16": ("bfloat16", "bfloat16")}

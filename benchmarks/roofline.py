@@ -31,6 +31,8 @@ import os
 import time
 from typing import Any, Optional, Sequence
 
+from rl_jax.chips import sequence_flops  # (rl_jax.chips imports no jax)
+
 # Shapes of the benchmark models (rl_jax ModelConfig fields).
 MODEL_SHAPES = {
     "tiny": dict(vocab_size=258, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
@@ -38,33 +40,6 @@ MODEL_SHAPES = {
     "smollm2": dict(vocab_size=49152, d_model=576, n_layers=30, n_heads=9, n_kv_heads=3,
                     d_ff=1536, rope_theta=100000.0, norm_eps=1e-5, max_seq_len=2048),
 }
-
-
-def _dims(cfg: Any) -> tuple[int, int, int, int, int, int, int]:
-  """(layers, d_model, heads, kv_heads, head_dim, d_ff, vocab) of a ModelConfig or a dict."""
-  get = (lambda k: cfg[k]) if isinstance(cfg, dict) else (lambda k: getattr(cfg, k))
-  d, h = get("d_model"), get("n_heads")
-  hd = (cfg.get("head_dim", 0) if isinstance(cfg, dict) else cfg.head_dim) or d // h
-  return get("n_layers"), d, h, get("n_kv_heads"), hd, get("d_ff"), get("vocab_size")
-
-
-def layer_matmul_params(cfg: Any) -> int:
-  """Weights every token multiplies in the decoder blocks: q, k, v, o and the gated MLP."""
-  n_layers, d, h, kv, hd, f, _ = _dims(cfg)
-  return n_layers * (d * h * hd + 2 * d * kv * hd + h * hd * d + 3 * d * f)
-
-
-def sequence_flops(cfg: Any, start: int, length: int, unembed: int) -> int:
-  """Forward FLOPs of `length` tokens at positions start.. of one row, under a causal mask.
-
-  A token at position i multiplies the block weights (2 FLOPs per weight) and attends to i + 1
-  keys (q.k and p.v: 4 * heads * head_dim per key and layer); `unembed` of the tokens also go
-  through the [D, V] unembedding.
-  """
-  n_layers, d, h, _, hd, _, v = _dims(cfg)
-  keys = sum(range(start + 1, start + length + 1))
-  return (2 * layer_matmul_params(cfg) * length + 4 * n_layers * h * hd * keys
-          + 2 * d * v * unembed)
 
 
 def phase_flops(cfg: Any, batch: int, group: int, tokens: int, prompt_len: int) -> dict[str, int]:
@@ -122,7 +97,7 @@ def measure_phases(model: str, batch: int, group: int, tokens: int, prompt_len: 
   from rl_jax import models, sampling  # pylint: disable=g-import-not-at-top
   from rl_jax.rl import logprobs  # pylint: disable=g-import-not-at-top
   from rl_jax.train import steps  # pylint: disable=g-import-not-at-top
-  from rl_jax.train.state import TrainState, make_optimizer  # pylint: disable=g-import-not-at-top
+  from rl_jax.train_state import TrainState, make_optimizer  # pylint: disable=g-import-not-at-top
   from rl_jax.types import Rollout  # pylint: disable=g-import-not-at-top
 
   cfg = models.ModelConfig(**MODEL_SHAPES[model])

@@ -148,14 +148,13 @@ def compare(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, strateg
 def sweep_options(config) -> tuple[latr.LatrOptions, eptree.EPTreeOptions]:
   """The LATR and EPTree options of the learning comparison (experiments/sweeps/tree.py)."""
   from experiments.sweeps import tree as sweep  # noqa: PLC0415
-  from rl_jax.train import rollouts  # noqa: PLC0415
   config = config.copy_and_resolve_references()
   for overrides in (sweep.VARIANTS["latr"], sweep.VARIANTS["eptree_grpo"]):
     for key, value in overrides.items():
       if key.startswith(("rl.latr.", "rl.eptree.")):
         section, field = key.split(".")[1:]
         config.rl[section][field] = value
-  return rollouts.latr_options(config), rollouts.eptree_options(config)
+  return latr.LatrOptions.from_config(config), eptree.EPTreeOptions.from_config(config)
 
 
 def _sft_workdir(args) -> str:
@@ -174,7 +173,8 @@ def _sft_workdir(args) -> str:
 def tiny_policy(args):
   """(params, prompts, prompt_mask, cfg, tokenizer, config) of the default experiment's SFT."""
   from experiments.configs import default  # noqa: PLC0415 (keeps --help fast)
-  from rl_jax.train import experiment, init_from  # noqa: PLC0415
+  from rl_jax import experiment  # noqa: PLC0415
+  from rl_jax.train import init_from  # noqa: PLC0415
   source = _sft_workdir(args)
   config = default.get_config()
   workdir = tempfile.mkdtemp(prefix="tree_bench_")
@@ -215,8 +215,7 @@ def main(argv=None) -> dict:
   t = config.sampling.max_new_tokens
   latr_opts, ep_opts = sweep_options(config)
   late = late_forks(args.leaves)
-  from rl_jax.train import rollouts  # noqa: PLC0415
-  echo_opts = rollouts.echo_options(config)
+  echo_opts = echo.EchoOptions.from_config(config)
   if args.echo_branching:
     echo_opts = dataclasses.replace(echo_opts, **ECHO_BRANCHING)
   out = {"tiny": compare(params, prompt, mask, cfg=cfg,
@@ -237,11 +236,10 @@ def main(argv=None) -> dict:
     smol_ep = dataclasses.replace(ep_opts, min_tokens_left=args.smollm2_tokens // 8)
     # The reference's math thresholds and lookahead windows (the model is not sharpened by SFT).
     from experiments.configs import common  # noqa: PLC0415
-    from rl_jax.train import rollouts  # noqa: PLC0415
     out["smollm2"] = compare(params, prompt, mask, cfg=cfg, strategy=sampling.Sampling(1.0),
                              leaves=args.leaves, max_new_tokens=args.smollm2_tokens,
                              eos_id=tok.eos_id, pad_id=tok.pad_id,
-                             latr_options=rollouts.latr_options(common.base()),
+                             latr_options=latr.LatrOptions.from_config(common.base()),
                              eptree_options={"eptree": smol_ep, "eptree_late": late}, repeats=1,
                              echo_options=echo_opts)
     out["smollm2_setup"] = {"prompts": args.smollm2_prompts, "max_new_tokens": args.smollm2_tokens,

@@ -2,7 +2,7 @@
 
     python -m experiments.aot --config=experiments/configs/scale.py:qwen3-1.7b --topology=v5e:2x4
 
-Prints one JSON line per phase (`rl_jax.train.aot` documents the phases and keys): per-device
+Prints one JSON line per phase (`rl_jax.tools.aot` documents the phases and keys): per-device
 memory and whether it fits the chip's HBM, FLOPs and bytes from XLA's cost analysis, a roofline
 time. Needs libtpu (`pip install -e '.[tpu]'`). The mesh is `config.mesh.shape` over the
 topology's devices; override it with `--config.mesh.shape='(1,-1,1)'`.
@@ -15,7 +15,7 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
-from rl_jax.train import aot
+from rl_jax.tools import aot
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
                                           lock_config=True)

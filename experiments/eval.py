@@ -17,6 +17,7 @@ import json
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from rl_jax import workdir as workdir_lib
 from rl_jax.evals import datasets, runner
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -62,7 +63,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  config = _CONFIG.value or runner.load_config(_WORKDIR.value)
+  config = _CONFIG.value or workdir_lib.load_config(_WORKDIR.value)
   result = runner.evaluate_run(
       config, _WORKDIR.value, dataset=_DATASET.value, ks=parse_ks(_K.value),
       num_samples=_NUM_SAMPLES.value, phase=_PHASE.value, temperature=_TEMPERATURE.value,

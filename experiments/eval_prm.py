@@ -2,10 +2,10 @@
 
 Samples `--samples` held-out completions of `--num_prompts` problems from the run's policy,
 grades every step with the task's step checker (the ladder's `check_steps`), and scores each PRM
-(directories written by `experiments.train_prm` / `rl_jax.value.prm.save`): first-wrong-step
+(directories written by `experiments.train_prm` / `rl_jax.value.prm.model.save`): first-wrong-step
 accuracy, step-level AUROC, and best-of-N re-ranking against majority vote and an outcome-only
 value (a PRM of kind 'orm'). Writes OUT/prm-PHASE.json and .md (default OUT = RUN/eval);
-`rl_jax/value/prm_eval.py` defines each number.
+`rl_jax/value/prm/judge.py` defines each number.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import os
 
 from absl import app, flags, logging
 
-from rl_jax.value import prm_runner
+from rl_jax import workdir as workdir_lib
+from rl_jax.tools import judge_prm, train_prm
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's work dir.")
 _PRM = flags.DEFINE_list("prm", None, "PRM directories (default: those of RUN/prm/KIND).")
@@ -34,9 +35,9 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   prms = _PRM.value or [d for d in (os.path.join(_WORKDIR.value, "prm", k)
-                                    for k in prm_runner.KINDS) if os.path.isdir(d)]
-  result = prm_runner.evaluate(
-      _WORKDIR.value, prms, _OUT.value or os.path.join(_WORKDIR.value, "eval"),
+                                    for k in train_prm.KINDS) if os.path.isdir(d)]
+  result = judge_prm.evaluate(
+      _WORKDIR.value, prms, _OUT.value or os.path.join(_WORKDIR.value, workdir_lib.EVAL_DIR),
       phase=_PHASE.value, num_prompts=_NUM_PROMPTS.value, samples=_SAMPLES.value,
       max_steps=_MAX_STEPS.value, seed=_SEED.value)
   print(json.dumps({k: v for k, v in result.items() if k != "workdir"}))

@@ -14,12 +14,12 @@ import os
 
 from absl import app, flags, logging
 
-from rl_jax.value import prm_runner
+from rl_jax.tools import train_prm
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's work dir.")
 _OUT = flags.DEFINE_string("out", "", "Where the PRMs go (default RUN/prm).")
 _PHASE = flags.DEFINE_enum("phase", "sft", ["sft", "rl", "final"], "Which policy.")
-_KINDS = flags.DEFINE_list("kinds", ["pav", "orm"], f"Some of {list(prm_runner.KINDS)}.")
+_KINDS = flags.DEFINE_list("kinds", ["pav", "orm"], f"Some of {list(train_prm.KINDS)}.")
 _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", 256, "Train problems sampled.")
 _SAMPLES = flags.DEFINE_integer("samples", 4, "Completions per problem.")
 _N_MC = flags.DEFINE_integer("n_mc", 4, "Continuations per step prefix (PAV labels).")
@@ -40,7 +40,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   out = _OUT.value or os.path.join(_WORKDIR.value, "prm")
-  result = prm_runner.train(
+  result = train_prm.train(
       _WORKDIR.value, out, kinds=_KINDS.value, phase=_PHASE.value,
       num_prompts=_NUM_PROMPTS.value, samples=_SAMPLES.value, n_mc=_N_MC.value,
       prover_k=_PROVER_K.value, steps=_STEPS.value, batch_size=_BATCH.value, lr=_LR.value,

@@ -3,7 +3,7 @@
     python -m experiments.train_value --history=RUN/history.jsonl --workdir=RUN \
         [--out=RUN/v0_offline] [--steps=300] [--val_steps=10] [--config.value.v0.head=...]
 
-What it does (`rl_jax.value.offline.train`): rebuilds the run from RUN/run_config.json, takes
+What it does (`rl_jax.tools.train_value.train`): rebuilds the run from RUN/run_config.json, takes
 the prompt features from the run's own policy checkpoints (the SFT one for step 0, each kept RL
 checkpoint for the steps after it), holds out the last `val_steps` policy steps of the history,
 trains V0's adapter and head for `steps` optax steps (alpha·L_pair + (1-alpha)·L_ce) on the
@@ -21,8 +21,8 @@ import os
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from rl_jax.evals import runner
-from rl_jax.value import offline
+from rl_jax import workdir as workdir_lib
+from rl_jax.tools import train_value as offline
 from rl_jax.value.history import RolloutHistory
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -43,7 +43,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  config = _CONFIG.value or runner.load_config(_WORKDIR.value)
+  config = _CONFIG.value or workdir_lib.load_config(_WORKDIR.value)
   if "value" not in config:  # a run made before config.value existed
     from experiments.configs import common  # pylint: disable=import-outside-toplevel
     with config.unlocked():

@@ -17,6 +17,7 @@ bf16 peak).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 GIB = 2**30
 
@@ -68,3 +69,33 @@ def chip_of_topology(topology: str) -> Chip:
     raise ValueError(f"unknown TPU generation {name!r} in topology {topology!r}; expected one of "
                      f"{sorted(CHIPS)} (e.g. 'v5e:2x4', 'v5p:2x2x1')")
   return CHIPS[name]
+
+
+# Model FLOPs (matmuls and causal attention; what a roofline divides by the peak).
+
+
+def model_dims(cfg: Any) -> tuple[int, int, int, int, int, int, int]:
+  """(layers, d_model, heads, kv_heads, head_dim, d_ff, vocab) of a ModelConfig or a dict."""
+  get = (lambda k: cfg[k]) if isinstance(cfg, dict) else (lambda k: getattr(cfg, k))
+  d, h = get("d_model"), get("n_heads")
+  hd = (cfg.get("head_dim", 0) if isinstance(cfg, dict) else cfg.head_dim) or d // h
+  return get("n_layers"), d, h, get("n_kv_heads"), hd, get("d_ff"), get("vocab_size")
+
+
+def layer_matmul_params(cfg: Any) -> int:
+  """Weights every token multiplies in the decoder blocks: q, k, v, o and the gated MLP."""
+  n_layers, d, h, kv, hd, f, _ = model_dims(cfg)
+  return n_layers * (d * h * hd + 2 * d * kv * hd + h * hd * d + 3 * d * f)
+
+
+def sequence_flops(cfg: Any, start: int, length: int, unembed: int) -> int:
+  """Forward FLOPs of `length` tokens at positions start.. of one row, under a causal mask.
+
+  A token at position i multiplies the block weights (2 FLOPs per weight) and attends to i + 1
+  keys (q.k and p.v: 4 * heads * head_dim per key and layer); `unembed` of the tokens also go
+  through the [D, V] unembedding.
+  """
+  n_layers, d, h, _, hd, _, v = model_dims(cfg)
+  keys = sum(range(start + 1, start + length + 1))
+  return (2 * layer_matmul_params(cfg) * length + 4 * n_layers * h * hd * keys
+          + 2 * d * v * unembed)

@@ -30,7 +30,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from tensorboardX import SummaryWriter
 
-METRICS_FILE = "metrics.jsonl"
+from rl_jax import workdir as workdir_lib
+
 TB_DIR = "tb"
 _RESERVED = ("step", "phase", "time")
 _PHASE_ORDER = {"sft": 0, "rl": 1, "sft_more": 2}
@@ -57,7 +58,7 @@ class MetricsWriter:
 
   def __init__(self, workdir: str | os.PathLike, *, enabled: bool = True):
     self.workdir = os.fspath(workdir)
-    self.path = os.path.join(self.workdir, METRICS_FILE)
+    self.path = os.path.join(self.workdir, workdir_lib.METRICS_FILE)
     self.enabled = enabled
     self._tb = None
     if enabled:
@@ -92,7 +93,7 @@ class MetricsWriter:
     records = read_metrics(self.workdir)
     kept = [r for r in records
             if not (r.get("phase") == phase and r.get("step", 0) > after_step)]
-    fd, tmp = tempfile.mkstemp(dir=self.workdir, prefix=METRICS_FILE + ".")
+    fd, tmp = tempfile.mkstemp(dir=self.workdir, prefix=workdir_lib.METRICS_FILE + ".")
     try:
       with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r) + "\n" for r in kept)
@@ -121,7 +122,7 @@ def read_metrics(workdir: str | os.PathLike) -> list[dict]:
 
   A torn last line (a crash in the middle of a write) is skipped with a warning.
   """
-  path = os.path.join(os.fspath(workdir), METRICS_FILE)
+  path = os.path.join(os.fspath(workdir), workdir_lib.METRICS_FILE)
   if not os.path.exists(path):
     raise FileNotFoundError(f"no metrics file at {path}")
   with open(path, encoding="utf-8") as f:

@@ -48,9 +48,9 @@ class Rollout:
     valid: [R] bool, row exists (False for padding rows).
     tree: the branching structure for tree rollouts whose estimator needs it (else None).
     prior: [R, 2] float32 (p0, w) of the row's prompt for estimators with a `prior` argument
-      (V0.5, `rl_jax.value.v05`; else None).
-    step_of: [R, T] int32 step index of each completion token (`value.steps.segment`), or None
-      (outcome-only batches; every estimator that does not read process rewards ignores it).
+      (V0.5, `rl_jax.rl.advantages.v05`; else None).
+    step_of: [R, T] int32 step index of each completion token (`value.prm.segments.segment`),
+      or None (outcome-only batches; every estimator that does not read process rewards ignores it).
     step_rewards: [R, T] float32 process rewards, or None. The reward of step h of a row is the
       sum over its tokens with `step_of == h` (`rl.process_rewards` documents what each method
       puts there).

@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks import _peer_common as common
 from benchmarks import peers, roofline
+from rl_jax import chips
 
 
 def test_parse_shape():
@@ -122,15 +123,15 @@ TOY = dict(vocab_size=10, d_model=4, n_layers=1, n_heads=2, n_kv_heads=1, head_d
 
 def test_layer_matmul_params_hand_count():
   # q 4*4 + k 4*2 + v 4*2 + o 4*4 + mlp 3*4*6 = 16 + 8 + 8 + 16 + 72 = 120.
-  assert roofline.layer_matmul_params(TOY) == 120
+  assert chips.layer_matmul_params(TOY) == 120
 
 
 def test_sequence_flops_hand_count():
   # 3 tokens at positions 0..2: weights 2*120*3 = 720; attention keys 1+2+3 = 6, each
   # 4*heads*hd = 16 FLOPs: 96; unembedding of 2 tokens 2*4*10*2 = 160.
-  assert roofline.sequence_flops(TOY, 0, 3, 2) == 720 + 96 + 160
+  assert chips.sequence_flops(TOY, 0, 3, 2) == 720 + 96 + 160
   # One token at position 5 attends to 6 keys.
-  assert roofline.sequence_flops(TOY, 5, 1, 1) == 240 + 16 * 6 + 80
+  assert chips.sequence_flops(TOY, 5, 1, 1) == 240 + 16 * 6 + 80
 
 
 def test_phase_flops_hand_count():
@@ -146,10 +147,10 @@ def test_phase_flops_hand_count():
 def test_flops_accept_model_config():
   from rl_jax import models  # pylint: disable=g-import-not-at-top
   cfg = models.ModelConfig(**roofline.MODEL_SHAPES["smollm2"])
-  assert roofline.layer_matmul_params(cfg) == roofline.layer_matmul_params(
+  assert chips.layer_matmul_params(cfg) == chips.layer_matmul_params(
       roofline.MODEL_SHAPES["smollm2"])
   # SmolLM2-135M: ~134.5M parameters = blocks + norms + the tied [V, D] embedding.
-  total = roofline.layer_matmul_params(cfg) + 49152 * 576
+  total = chips.layer_matmul_params(cfg) + 49152 * 576
   assert 130e6 < total < 136e6
 
 

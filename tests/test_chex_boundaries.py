@@ -14,9 +14,9 @@ import optax
 import pytest
 
 from rl_jax import models, sampling
-from rl_jax.rl import advantages
+from rl_jax.rl.advantages import group
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout, SFTBatch
 
 CFG = models.ModelConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32,
@@ -105,9 +105,9 @@ def test_sampler_and_model_check_their_inputs():
 
 
 def test_advantages_check_rewards_and_valid():
-  adv, weight = advantages.grpo(np.zeros((2, 3), np.float32), np.ones((2, 3), bool))
+  adv, weight = group.grpo(np.zeros((2, 3), np.float32), np.ones((2, 3), bool))
   assert adv.shape == weight.shape == (2, 3)
   with pytest.raises(AssertionError, match=r"shape"):
-    advantages.grpo(np.zeros((2, 3), np.float32), np.ones((3, 2), bool))
+    group.grpo(np.zeros((2, 3), np.float32), np.ones((3, 2), bool))
   with pytest.raises(AssertionError, match=r"rank"):
-    advantages.rloo(np.zeros(6, np.float32), np.ones(6, bool))
+    group.rloo(np.zeros(6, np.float32), np.ones(6, bool))

@@ -10,7 +10,8 @@ import pytest
 
 from experiments.configs import ladder as ladder_config
 from rl_jax import data
-from rl_jax.train import experiment, loop
+from rl_jax import experiment
+from rl_jax.train import loop
 
 
 def test_ladder_smoke_end_to_end(tmp_path):

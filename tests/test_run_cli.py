@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from experiments.configs import default
+from rl_jax import workdir as workdir_lib
 from rl_jax.train import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +34,7 @@ def test_smoke_run_writes_every_output(tmp_path):
   proc = _cli(SMOKE, f"--workdir={workdir}")
   assert proc.returncode == 0, proc.stderr[-4000:]
 
-  with open(workdir / loop.SUMMARY_FILE) as f:
+  with open(workdir / workdir_lib.SUMMARY_FILE) as f:
     summary = json.load(f)
   for key in ACCURACIES:
     assert isinstance(summary[key], float), (key, summary[key])

@@ -20,11 +20,13 @@ import reasoning_gym
 import tokenizers as hf_tokenizers
 
 from experiments.configs import smollm2
+from rl_jax import experiment
 from rl_jax import models, parallel
+from rl_jax import workdir as workdir_lib
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.metrics import read_metrics
-from rl_jax.train import experiment, loop, phases
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train import loop, phases
+from rl_jax.train_state import TrainState, make_optimizer
 
 CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
           "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
@@ -93,7 +95,7 @@ def _final_rl_params(exp, workdir):
   target = jax.tree_util.tree_map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
       parallel.tree_shardings(abstract, exp.mesh))
-  with Checkpointer(phases.checkpoint_dir(workdir, "rl"), save_every=1) as ckpt:
+  with Checkpointer(workdir_lib.checkpoint_dir(workdir, "rl"), save_every=1) as ckpt:
     assert ckpt.latest_step() == rl.steps
     state, _ = ckpt.restore(rl.steps, target)
   return jax.tree_util.tree_map(np.asarray, state.params)

@@ -19,9 +19,10 @@ import pytest
 from experiments import report
 from experiments.configs import ladder as ladder_config
 from experiments.sweeps import estimators, ladder_baselines, launch, value_priors
+from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter
 from rl_jax.rollout import checks
-from rl_jax.train import experiment, init_from, loop, phases
+from rl_jax.train import init_from, loop, phases
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

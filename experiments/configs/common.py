@@ -8,6 +8,7 @@ import ml_collections
 
 from rl_jax import compile_cache, models
 from rl_jax.rl import allocation as allocation_lib
+from rl_jax.train_state import optim_config
 
 
 def model(preset: str) -> ml_collections.ConfigDict:
@@ -44,14 +45,6 @@ def allocation() -> ml_collections.ConfigDict:
     fields[name] = ml_collections.ConfigDict(
         {f.name: f.default for f in dataclasses.fields(cls)})
   return ml_collections.ConfigDict(fields)
-
-
-def optim(lr: float, *, warmup_steps: int = 0, schedule: str = "constant",
-          end_lr_frac: float = 0.0, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.99,
-          eps: float = 1e-8, grad_clip: float = 1.0) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      lr=lr, warmup_steps=warmup_steps, schedule=schedule, end_lr_frac=end_lr_frac,
-      weight_decay=weight_decay, b1=b1, b2=b2, eps=eps, grad_clip=grad_clip))
 
 
 def base() -> ml_collections.ConfigDict:
@@ -106,15 +99,16 @@ def base() -> ml_collections.ConfigDict:
   # initialization, demonstrations, batches and evaluations) across training seeds.
   c.sft = ml_collections.ConfigDict(dict(steps=500, batch_size=128, eval_every=0,
                                          length_buckets=0, seed=-1,
-                                         optim=optim(1e-3, warmup_steps=50, schedule="cosine",
-                                                     end_lr_frac=0.1, weight_decay=0.01)))
+                                         optim=optim_config(1e-3, warmup_steps=50,
+                                                            schedule="cosine", end_lr_frac=0.1,
+                                                            weight_decay=0.01)))
   # RL (rl_jax/train/steps.py RLHyper and rl_jax/rollout/collect.py document each field).
   # group_size is the rows per prompt: MC-GRPO with G=2 (+1 pivot) is group_size=3.
   c.rl = ml_collections.ConfigDict(dict(
       steps=100, prompts_per_step=32, group_size=8, advantage="grpo",
       advantage_options=ml_collections.ConfigDict(), loss="ppo", clip_low=0.2, clip_high=0.2,
       clip_ratio_c=3.0, kl_coef=0.0, kl_kind="k3", aggregation="token-mean", sft_coef=0.0,
-      eval_every=25, optim=optim(1e-4),
+      eval_every=25, optim=optim_config(1e-4),
       # Reward components (rl_jax.rewards.REWARDS) and weights (() = all 1).
       rewards=("task_score",), reward_weights=(),
       # Every reward call is contained (rl_jax/rewards/contained.py): past reward_timeout seconds
@@ -151,7 +145,7 @@ def base() -> ml_collections.ConfigDict:
       # Rollout history (rl_jax/value/history.py): a rollout succeeds when its first reward
       # component exceeds success_threshold.
       success_threshold=0.5,
-      # V0.5 (rl_jax/value/v05.py, ALGORITHMS.md §4.2, reconstructed [R]): advantage='v05'.
+      # V0.5 (rl_jax/rl/advantages/v05.py, ALGORITHMS.md §4.2, reconstructed [R]): advantage='v05'.
       # prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0'); n0 = group_size
       # rollouts first; the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial'
       # exact tail) at level alpha; rejected prompts get their group doubled up to n_max rows
@@ -180,7 +174,7 @@ def base() -> ml_collections.ConfigDict:
       eptree=ml_collections.ConfigDict(dict(num_chains=6, forks_per_round=2, rounds=1,
                                             branches=2, min_tokens_left=0,
                                             min_prefix_fraction=0.0)),
-      # Process rewards (rl_jax/value/process.py; ALGORITHMS.md §5): 'none' | 'pav' | 'prime' |
+      # Process rewards (rl_jax/value/prm/process.py; ALGORITHMS.md §5): 'none' | 'pav' | 'prime' |
       # 'oprl'. Steps end at tokens holding `delimiter` (or at `step_token_ids`), at most
       # `max_steps` per completion. pav: a PRM saved by experiments.train_prm in `prm_dir` and
       # alpha (required, no default: nan = unset), added to the outcome advantage x progress.
@@ -244,14 +238,14 @@ def base() -> ml_collections.ConfigDict:
   # (master weights) and optimizer moments; `donate`: each step reuses the train state's buffers
   # for the new state (the old one is not read again).
   c.train = ml_collections.ConfigDict(dict(master_dtype="float32", donate=True))
-  # V0 (rl_jax/value/prior.py, ALGORITHMS.md §4.1): a success-rate predictor that reads the
+  # V0 (rl_jax/value/v0/online.py, ALGORITHMS.md §4.1): a success-rate predictor that reads the
   # current policy's recent (prompt, success rate) pairs in context. enabled: keep one in the RL
   # run (calibration at evaluations); it is also built when config.rl.v05.prior or
   # config.rl.allocator_prior is 'v0'. backbone: '' = the policy's own hidden states at the
   # prompt, or a Hugging Face checkpoint directory. init: a directory of V0 parameters to start
   # from (experiments/train_value.py writes one; '' = random). Sizes (reference: 168 queries x 6,
   # 3 heads, MLP 128): num_queries x query_dim, num_heads, mlp_hidden, dropout; head: 'kernel' |
-  # 'transformer' | 'ridge' (rl_jax.value.v0_model.HEADS), head_dim. Training: every
+  # 'transformer' | 'ridge' (rl_jax.value.v0.model.HEADS), head_dim. Training: every
   # train_every RL steps, train_steps optax steps of episodes_per_step episodes
   # (episode_queries queries, support_size support prompts) drawn from the last train_window
   # steps; loss alpha*L_pair + (1-alpha)*L_ce. Rows need min_attempts rollouts. sigma0_sq: the
@@ -263,7 +257,7 @@ def base() -> ml_collections.ConfigDict:
       mlp_hidden=64, dropout=0.0, head="kernel", head_dim=32, support_size=256, episode_queries=8,
       episodes_per_step=4, alpha=0.25, train_every=5, train_steps=20, train_window=10,
       min_attempts=1, sigma0_sq=0.01, estimate_sigma0=True, sigma0_sq_floor=1e-3,
-      optim=optim(1e-3, weight_decay=0.01),
+      optim=optim_config(1e-3, weight_decay=0.01),
       calib_prompts=256, calib_samples=8))))
   c.mesh = ml_collections.ConfigDict(dict(shape=(1, 1, 1)))
   c.checkpoint = ml_collections.ConfigDict(dict(every=50, max_to_keep=2))

@@ -39,7 +39,7 @@ Measured step time, 2-core CPU, no accelerator, float32 (2026-11-22):
 * The command above: 9 min 52 s wall in all (load, 3 held-out evaluations before RL and 2 after,
   4 RL steps); RL steps took 83, 95, 98 and 112 s (the first includes compilation) while other
   jobs shared the CPU.
-* On a quieter CPU, rollout and update timed apart (a script timing `rollouts.rollout` inside
+* On a quieter CPU, rollout and update timed apart (a script timing `collect.rollout` inside
   `phases.rl`): about 67 s per step after the first (85 s with compilation): rollout 27-31 s
   (8 completions, ~145 tokens on average, prompts of 69-186 tokens) and update 37-40 s (old and
   reference log-probs plus one PPO update over the 8 rows).

@@ -26,6 +26,8 @@ import sys
 
 from absl import app, flags
 
+from rl_jax.workdir import SUMMARY_FILE  # (rl_jax.workdir imports no jax)
+
 _SWEEP = flags.DEFINE_string("sweep", None, "Sweep module name in experiments/sweeps/.")
 _BASE = flags.DEFINE_string("base_config", "experiments/configs/default.py",
                             "Config file[:variant] every run starts from.")
@@ -34,7 +36,6 @@ _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands instead of ru
 _SHARE_SFT = flags.DEFINE_bool("share_sft", True, "Run SFT once per seed and start every run "
                                "from it (config.init_from).")
 
-SUMMARY_FILE = "summary.json"  # rl_jax.train.loop.SUMMARY_FILE (not imported: no jax here).
 # Overrides of these change the SFT policy, so such a run cannot share the seed's SFT.
 _SFT_PREFIXES = ("sft.", "model.", "task.", "tokenizer.", "sampling.max_new_tokens", "init_from")
 

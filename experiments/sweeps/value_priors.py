@@ -9,14 +9,14 @@ run of every seed from it, like the GRPO baselines:
         --workdirs='runs/pg/ladder_baselines/grpo_g[48]_seed*' --baseline=grpo_g4 --calibration \
         --out=runs/pg/value_priors.md
 
-V0.5 (rl_jax/value/v05.py, reconstructed): n0 = G = 4 rows per prompt; a prompt whose rollouts
+V0.5 (rl/advantages/v05.py, reconstructed): n0 = G = 4 rows per prompt; a prompt whose rollouts
 reject the prior (z-test, α = 0.05) gets its group doubled up to n_max = 16 rows; the batch holds
 R_max = 256 rows (the rows of GRPO G = 8: what the trainer processes is the same size), so the
 extra rows are bounded by 128 per step. Variants differ in the prior p0 (rl_jax/value/priors.py)
 and in the extra rounds:
 
   v05_g4          v0: V0's in-context prediction from the policy's own prompt features and the
-                  run's history (rl_jax/value/run_v0.py), trained during the run.
+                  run's history (rl_jax/value/v0/run.py), trained during the run.
   v05_nmax4_g4    v0 prior, n_max = 4: the fused baseline alone, no extra rounds (128 rows, the
                   rows of GRPO G = 4); the ablation that separates the fusion from the rounds.
   v05_g4_global   global_mean: the running mean success rate of the run's history.

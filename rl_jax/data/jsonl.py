@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rl_jax.data.tasks import SplitTask, TaskExample, _check_positive, extract_answer
+from rl_jax.data.tasks import SplitTask, TaskExample, check_positive, extract_answer
 
 
 def read_objects(path: str) -> list[tuple[int, dict]]:
@@ -75,8 +75,8 @@ class JsonlTask(SplitTask):
     if not os.path.isfile(path):
       raise FileNotFoundError(f"task.options.path {path!r} does not exist; expected a JSONL file")
     qk, ak = options.get("question_key", "question"), options.get("answer_key", "answer")
-    train_size = _check_positive("train_size", train_size)
-    eval_size = _check_positive("eval_size", eval_size)
+    train_size = check_positive("train_size", train_size)
+    eval_size = check_positive("eval_size", eval_size)
     examples, seen = [], set()
     for lineno, row in read_objects(path):
       try:

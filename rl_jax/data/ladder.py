@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from rl_jax.data import tasks
+import rl_jax.data.tasks as tasks
 from rl_jax.data.tasks import SplitTask, TaskExample
 
 _STEP = re.compile(r"^\s*(-?\d+)\s*([+-])\s*(-?\d+)\s*=\s*(-?\d+)\s*$")
@@ -66,18 +66,18 @@ class StepCheck:
 
 def signed_terms(example: TaskExample) -> List[int]:
   """The signed terms of a chain_sum example ('23 - 60 + 5' -> [23, -60, 5])."""
-  return tasks._signed_terms(example)  # pylint: disable=protected-access
+  return tasks.signed_terms(example)
 
 
 def dropped_carry(a: int, b: int) -> int:
   """`a + b` with the units-column carry or borrow forgotten (tasks.dropped_carry_answer rule)."""
-  u = tasks._units_sum([a, b])  # pylint: disable=protected-access
+  u = tasks.units_sum([a, b])
   return a + b - 10 * (u // 10)
 
 
 def carries(a: int, b: int) -> bool:
   """Whether the step `a + b` (b signed) carries or borrows out of the units column."""
-  return not 0 <= tasks._units_sum([a, b]) <= 9  # pylint: disable=protected-access
+  return not 0 <= tasks.units_sum([a, b]) <= 9
 
 
 def step_line(a: int, b: int, c: int) -> str:
@@ -180,8 +180,8 @@ class LadderTask(SplitTask):
     if not (isinstance(lo, int) and isinstance(hi, int) and 2 <= lo <= hi):
       raise ValueError(f"config.task.options min_terms={lo!r}, max_terms={hi!r}: expected ints "
                        "with 2 <= min_terms <= max_terms")
-    train_size = tasks._check_positive("train_size", train_size)  # pylint: disable=protected-access
-    eval_size = tasks._check_positive("eval_size", eval_size)  # pylint: disable=protected-access
+    train_size = tasks.check_positive("train_size", train_size)
+    eval_size = tasks.check_positive("eval_size", eval_size)
     self.strata = tuple(range(lo, hi + 1))
     if eval_size < len(self.strata) or train_size < len(self.strata):
       raise ValueError(f"train_size={train_size} and eval_size={eval_size} must each be at least "

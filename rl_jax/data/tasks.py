@@ -81,7 +81,8 @@ def _seeds(seed: int) -> tuple[int, int]:
   return base, base + _TRAIN_SEED_OFFSET
 
 
-def _check_positive(name: str, value: Any) -> int:
+def check_positive(name: str, value: Any) -> int:
+  """`value` as an int; a ValueError naming `name` unless it is a positive integer."""
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
     raise ValueError(f"{name} must be a positive int, got {value!r}")
   return int(value)
@@ -134,8 +135,8 @@ class ReasoningGymTask(SplitTask):
       raise ValueError(
           f"task name {name!r} is not a reasoning-gym dataset; closest: {close}; valid names "
           f"include {sorted(_RG_DATASETS)[:10]} ... ({len(_RG_DATASETS)} in all)")
-    train_size = _check_positive("train_size", train_size)
-    eval_size = _check_positive("eval_size", eval_size)
+    train_size = check_positive("train_size", train_size)
+    eval_size = check_positive("eval_size", eval_size)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
       raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     self.name = name
@@ -218,7 +219,7 @@ def _collect(dataset, n: int, *, distinct: bool,
 _TERM = re.compile(r"^[+-]?\d+$")
 
 
-def _signed_terms(example: TaskExample) -> List[int]:
+def signed_terms(example: TaskExample) -> List[int]:
   """The signed terms of a chain_sum expression: '23 - 60' -> [23, -60]."""
   try:
     expression = example.meta["entry"]["metadata"]["expression"]
@@ -234,7 +235,7 @@ def _signed_terms(example: TaskExample) -> List[int]:
   return [s * int(t) for s, t in zip(signs, parts[::2])]
 
 
-def _units_sum(terms: Sequence[int]) -> int:
+def units_sum(terms: Sequence[int]) -> int:
   """Signed sum of units digits: each term contributes sign(t) * (|t| mod 10)."""
   return sum(int(math.copysign(abs(t) % 10, t)) for t in terms)
 
@@ -246,7 +247,7 @@ def carry_class(example: TaskExample) -> bool:
   '5 - 9' -> 5 - 9 = -4, '23 - 60' -> 3 - 0 = 3). The problem is in the carry class iff u is
   outside [0, 9], i.e. the units column alone does not give the answer's units digit.
   """
-  u = _units_sum(_signed_terms(example))
+  u = units_sum(signed_terms(example))
   return not 0 <= u <= 9
 
 
@@ -257,8 +258,8 @@ def dropped_carry_answer(example: TaskExample) -> str:
   '5 - 9' -> -4 + 10 = '6'. Equals the correct answer outside the carry class. The correct
   answer is recomputed from the expression, so this works on already-corrupted demonstrations.
   """
-  terms = _signed_terms(example)
-  return str(sum(terms) - 10 * (_units_sum(terms) // 10))
+  terms = signed_terms(example)
+  return str(sum(terms) - 10 * (units_sum(terms) // 10))
 
 
 def demonstrations(examples: Iterable[TaskExample], *, noise: float,

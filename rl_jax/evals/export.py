@@ -8,9 +8,9 @@ import shutil
 import jax
 import ml_collections
 
+from rl_jax import experiment
 from rl_jax import models, tokenizers
 from rl_jax.evals import runner
-from rl_jax.train import experiment
 
 
 def export_run(config: ml_collections.ConfigDict, workdir: str, out: str, *,

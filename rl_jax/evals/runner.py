@@ -5,8 +5,8 @@
 builds the run's experiment (task, tokenizer, model) from `config`, restores the policy of a
 phase (`load_params`), decodes one greedy completion and `num_samples` sampled ones per problem,
 grades them (`datasets.EvalSet.grader`), and writes `WORKDIR/eval/DATASET-PHASE.json` and `.md`.
-A run's config is stored with it (`run_config.json`, written by `train.loop.run`); `load_config`
-reads it back.
+A run's config is stored with it (`run_config.json`, written by `train.loop.run`);
+`workdir.load_config` reads it back.
 """
 
 from __future__ import annotations
@@ -21,50 +21,16 @@ import jax
 import ml_collections
 import numpy as np
 
-from rl_jax import models, parallel, sampling
+from rl_jax import experiment, models, parallel, sampling, seeds
+from rl_jax import workdir as workdir_lib
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import prompt_ids
 from rl_jax.evals import datasets, math_answers
 from rl_jax.evals import metrics as metrics_lib
-from rl_jax.train import evaluate, experiment, phases
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train import evaluate, phases
+from rl_jax.train_state import TrainState, make_optimizer
 
-RUN_CONFIG_FILE = "run_config.json"
-EVAL_DIR = "eval"
 PHASES = ("final", "rl", "sft", "init")
-
-
-def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Writes `config` to `WORKDIR/run_config.json` (what `load_config` reads)."""
-  os.makedirs(workdir, exist_ok=True)
-  tmp = os.path.join(workdir, RUN_CONFIG_FILE + ".tmp")
-  with open(tmp, "w") as f:
-    f.write(config.to_json(indent=1, sort_keys=True))
-  os.replace(tmp, os.path.join(workdir, RUN_CONFIG_FILE))
-
-
-def _tuples(x: Any) -> Any:
-  if isinstance(x, dict):
-    return {k: _tuples(v) for k, v in x.items()}
-  if isinstance(x, list):  # configs hold tuples; JSON turned them into lists
-    return tuple(_tuples(v) for v in x)
-  return x
-
-
-def load_config(workdir: str) -> ml_collections.ConfigDict:
-  """The config a run stored in `WORKDIR/run_config.json`.
-
-  Raises:
-    FileNotFoundError: the file is missing (runs made before it existed: pass the run's
-      `--config` and overrides instead).
-  """
-  path = os.path.join(workdir, RUN_CONFIG_FILE)
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f"{path} does not exist; expected the run_config.json that "
-                            "experiments.run writes into its work dir (for an older run pass its "
-                            "--config=FILE[:variant] and --config.* overrides)")
-  with open(path) as f:
-    return ml_collections.ConfigDict(_tuples(json.load(f)))
 
 
 def restore_params(exp: experiment.Experiment, phase: str, step: Optional[int] = None) -> Any:
@@ -72,7 +38,7 @@ def restore_params(exp: experiment.Experiment, phase: str, step: Optional[int] =
   the run's shardings; read only."""
   cfg = exp.config.sft if phase == "sft" else exp.config.rl
   total = cfg.steps if phase == "sft" else cfg.steps * cfg.num_iterations
-  directory = phases.checkpoint_dir(exp.workdir, phase)
+  directory = workdir_lib.checkpoint_dir(exp.workdir, phase)
   with Checkpointer(directory, save_every=1) as ckpt:  # Read only: nothing is saved.
     step = ckpt.latest_step() if step is None else step
     if step is None:
@@ -98,7 +64,7 @@ def resolve_phase(workdir: str, phase: str) -> str:
   if phase != "final":
     return phase
   for name in ("rl", "sft"):
-    d = phases.checkpoint_dir(workdir, name)
+    d = workdir_lib.checkpoint_dir(workdir, name)
     if os.path.isdir(d) and any(s.isdigit() for s in os.listdir(d)):
       return name
   raise FileNotFoundError(f"{workdir} has no checkpoints under checkpoints/rl or "
@@ -244,7 +210,7 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, dataset: st
                                             max_prompt, chat_template=config.task.chat_template)
   temp = config.sampling.temperature if temperature is None else float(temperature)
   bs = batch_size or config.eval.batch_size
-  key = jax.random.fold_in(exp.root_key(), phases.PHASE_TAGS["eval"])
+  key = jax.random.fold_in(exp.root_key(), seeds.PHASE_TAGS["eval"])
   run = functools.partial(evaluate.completions, params, tokens, mask, exp.tokenizer, key,
                           cfg=exp.model_cfg, max_new_tokens=t, batch_size=bs)
   greedy_texts = run(strategy=sampling.Sampling(temperature=0.0), num_samples=1)
@@ -268,7 +234,7 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, dataset: st
   }
   result["seconds"] = time.perf_counter() - t0
   if write:
-    out = os.path.join(workdir, EVAL_DIR)
+    out = os.path.join(workdir, workdir_lib.EVAL_DIR)
     os.makedirs(out, exist_ok=True)
     stem = os.path.join(out, f"{eval_set.name}-{phase_name}")
     with open(stem + ".json", "w") as f:

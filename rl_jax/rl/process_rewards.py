@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_jax.registry import Registry
-from rl_jax.rl.advantages import masked_whiten
+from rl_jax.rl.advantages.base import masked_whiten
 
 PROCESS_ADVANTAGES = Registry("process advantage")
 Array = jax.Array

@@ -13,12 +13,14 @@ from rl_jax.rl import allocation as alloc_lib
 from rl_jax.rollout import april, engines, planner, rules
 from rl_jax.rollout.engines import RAGGED_ROLLOUTS, RAGGED_TREES
 from rl_jax.rollout.requests import batch_rows, is_ragged, max_group_size
-from rl_jax.sampling import echo, eptree, latr, treepo
-from rl_jax.value import priors, quality_head
+from rl_jax.sampling import arrol, echo, eptree, latr, treepo
+from rl_jax.value import priors
 
 def check_config(config) -> None:
   """Raises ValueError for inconsistent `config.rl` rollout settings."""
   rl = config.rl
+  if "allocation" in rl:
+    _check_allocation(config)
   if not rl.rewards:
     raise ValueError("config.rl.rewards is empty; expected reward names such as ('task_score',)")
   for name in rl.rewards:
@@ -62,13 +64,11 @@ def check_config(config) -> None:
   if rl.rollout == "echo":
     _check_echo(config)
   if rl.rollout == "arrol":
-    quality_head.options(config)
+    arrol.ArrolOptions.from_config(config)
   if not 0.0 <= rl.success_threshold < 1.0:
     raise ValueError(f"config.rl.success_threshold must be in [0, 1) (a rollout succeeds when "
                      f"its first reward component exceeds it), got {rl.success_threshold}")
   _check_layout(config)
-  if "allocation" in rl:
-    _check_allocation(config)
   _check_april(config)
   rules.active_rules(config)
   if rl.advantage == "v05":
@@ -129,9 +129,6 @@ def _check_layout(config) -> None:
                      "or config.rl.allocation.probe > 0) is not supported: extra rows of a "
                      "prompt come from the iid engine and have no place in its tree; use "
                      "rollout in ('iid', 'latr') or probe=0")
-  if rl.max_group_size < rl.group_size:
-    raise ValueError(f"config.rl.max_group_size={rl.max_group_size} is below "
-                     f"config.rl.group_size={rl.group_size}; expected 0 or >= group_size")
   r = batch_rows(config)
   if r < rl.prompts_per_step:
     raise ValueError(f"config.rl.rows={r} is below prompts_per_step={rl.prompts_per_step}; "

@@ -55,7 +55,7 @@ def fresh_round(ctx: StepContext, round_idx: int):
   """Round `round_idx`'s fresh prompts, planned (`planner.plan`; APRIL: the carried groups then
   fresh prompts) and served by the engine: (Rollout, raw rewards, host metrics, prompt ids)."""
   exp, rl = ctx.exp, ctx.config.rl
-  tag = seeds.PHASE_TAGS["rl" if round_idx == 0 else "rl_round"]
+  tag = seeds.RL if round_idx == 0 else seeds.RL_ROUND
   rng = (exp.host_rng(tag, ctx.step) if round_idx == 0
          else exp.host_rng(tag, ctx.step, round_idx))
   key = planner.round_key(exp, tag, ctx.step, round_idx)
@@ -74,7 +74,7 @@ def extend_round(ctx: StepContext, round_idx: int, requests: Requests):
   """Extra rows for prompts already drawn (a round rule's request), from the iid engine in a
   power-of-two row count at most R_max; key and randomness from (seed, 'rl_extend', step,
   round)."""
-  tag = seeds.PHASE_TAGS["rl_extend"]
+  tag = seeds.RL_EXTEND
   key = planner.round_key(ctx.exp, tag, ctx.step, round_idx)
   batch, rewards, extra, ids = engines.serve(ctx, "iid", requests, key, None)
   extra.setdefault("engine_rows", engines.bucketed_rows(ctx.config, requests.total))

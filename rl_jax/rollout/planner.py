@@ -152,7 +152,7 @@ class StepAllocator:
 
 def alloc_rng(config, step: int, round_idx: int = 0) -> np.random.Generator:
   """The allocator's generator for (seed, step, round): stateless, so a resume reproduces it."""
-  return np.random.default_rng([config.seed, seeds.PHASE_TAGS["rl_alloc"], step, round_idx])
+  return np.random.default_rng([config.seed, seeds.RL_ALLOC, step, round_idx])
 
 
 def prompt_pool(config, num_train: int) -> np.ndarray | None:
@@ -166,7 +166,7 @@ def prompt_pool(config, num_train: int) -> np.ndarray | None:
   n = config.rl.prompt_pool
   if not n:
     return None
-  rng = np.random.default_rng([experiment_lib.task_seed(config), seeds.PROMPT_POOL])
+  rng = np.random.default_rng([experiment_lib.task_seed(config), seeds.ALLOC_POOL])
   return np.sort(rng.choice(num_train, n, replace=False))
 
 

@@ -15,8 +15,9 @@ Layouts of the RL batch:
   (`train.rl_inputs.advantages`). R_max and G_max come from the config, never from the data.
 
 `StepContext` is what one step's collection reads: the run, the sampler's parameters, the step,
-the prompt stream, the rollout history and the run companions' state (`train.companions`) by
-name, e.g. APRIL's carry ('april') or ARRoL's quality head ('arrol').
+the prompt stream, the rollout history (by default the companion 'history') and the run
+companions' state (`train.companions`) by name, e.g. APRIL's carry ('april') or ARRoL's quality
+head ('arrol').
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ class StepContext:
   stream: Any = None
   history: Any = None
   companions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    if self.history is None:  # The run's history is the companion 'history'.
+      self.history = self.companions.get("history")
 
   @property
   def config(self):

@@ -82,6 +82,28 @@ class ArrolOptions:
   rule: str = "balanced"
   rho: float = 0.5
 
+  @classmethod
+  def from_config(cls, config) -> "ArrolOptions":
+    """`config.rl.arrol` -> ArrolOptions: N = rl.group_size survivors of N₀ = ⌈oversample·N⌉,
+    checkpoint t_p = max(1, round(prune_frac·T)) (ValueError naming the field when out of
+    range)."""
+    rl, c = config.rl, config.rl.arrol
+    if not (isinstance(c.oversample, (int, float)) and math.isfinite(c.oversample)
+            and c.oversample >= 1):
+      raise ValueError(f"config.rl.arrol.oversample={c.oversample!r}: expected a number >= 1 "
+                       "(N0 = ceil(oversample * group_size) rows sampled per prompt)")
+    t = config.sampling.max_new_tokens
+    if not 0 < c.prune_frac < 1 or not 1 <= round(c.prune_frac * t) < t:
+      raise ValueError(f"config.rl.arrol.prune_frac={c.prune_frac!r} puts the checkpoint at "
+                       f"round(prune_frac * max_new_tokens={t}) = {round(c.prune_frac * t)} "
+                       f"tokens; expected a fraction in (0, 1) giving 1 <= t_p < {t}")
+    if not c.lr > 0 or c.updates < 0:
+      raise ValueError(f"config.rl.arrol.lr={c.lr!r} / updates={c.updates!r}: expected lr > 0 "
+                       "and updates >= 0")
+    n = rl.group_size
+    return cls(oversample=int(math.ceil(c.oversample * n - 1e-9)), keep=n,
+               prune_at=int(round(c.prune_frac * t)), rule=c.rule, rho=c.rho)
+
   def __post_init__(self):
     if not 1 <= self.keep <= self.oversample:
       raise ValueError(f"ARRoL keeps N={self.keep} of N0={self.oversample} rows per prompt; "

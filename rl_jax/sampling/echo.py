@@ -27,7 +27,7 @@ reference recomputes a child's statistics from its branch step on).
 The tree: node 0 = the prompt, node 1 + k = slot k's first segment; a branch of row r at step t
 ends r's current node and opens one node for r's continuation and one per child (parent: r's
 node). `node_of` maps each token to its node and `leaf_node` holds each final row's path, so
-the tree advantages (`rl.tree_advantages`) read it like TreePO's or EPTree's. Nodes per prompt:
+the tree advantages (`rl.advantages.tree`) read it like TreePO's or EPTree's. Nodes per prompt:
 N = 3K − 1 (each branch adds 1 + children nodes; at most K − 1 children per prompt).
 `decode_tokens` counts the tokens the final rows decoded themselves (a shared prefix once, a
 tentative row later overwritten not at all): what a variable-size engine would spend.

@@ -84,6 +84,11 @@ class EchoOptions:
   branch_roots: int = 1
   nested: bool = False
 
+  @classmethod
+  def from_config(cls, config) -> "EchoOptions":
+    """`config.rl.echo` -> EchoOptions (every field by name)."""
+    return cls(**config.rl.echo.to_dict())
+
   def __post_init__(self):
     bad = lambda field, expected: ValueError(
         f"config.rl.echo.{field}={getattr(self, field)!r}: expected {expected}")

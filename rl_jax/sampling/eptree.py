@@ -70,6 +70,14 @@ class EPTreeOptions:
   min_tokens_left: int = 0
   min_prefix_fraction: float = 0.0
 
+  @classmethod
+  def from_config(cls, config) -> "EPTreeOptions":
+    """`config.rl.eptree` -> EPTreeOptions."""
+    c = config.rl.eptree
+    return cls(num_chains=c.num_chains, forks_per_round=c.forks_per_round, rounds=c.rounds,
+               branches=c.branches, min_tokens_left=c.min_tokens_left,
+               min_prefix_fraction=c.min_prefix_fraction)
+
   def __post_init__(self):
     for name in ("num_chains", "forks_per_round", "branches"):
       if getattr(self, name) < 1:

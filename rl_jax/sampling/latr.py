@@ -62,6 +62,17 @@ class LatrOptions:
   force_return_step: int = 0
   fill: bool = True
 
+  @classmethod
+  def from_config(cls, config) -> "LatrOptions":
+    """`config.rl.latr` -> LatrOptions (thresholds < 0 disable a pruning criterion)."""
+    c = config.rl.latr
+    off = lambda x: None if x < 0 else float(x)
+    return cls(
+        tau_abs=c.tau_abs, tau_rel=c.tau_rel, windows=tuple(c.windows),
+        ed_threshold=off(c.ed_threshold), sm_threshold=off(c.sm_threshold),
+        rl_threshold=off(c.rl_threshold), thres_init=c.thres_init, thres_decay=c.thres_decay,
+        force_return_step=c.force_return_step, fill=c.fill)
+
   def __post_init__(self):
     if not self.windows or min(self.windows) < 1:
       raise ValueError(f"LatrOptions.windows must be positive window lengths, got {self.windows}")

@@ -6,7 +6,7 @@ into `branches` paths (itself and `branches` − 1 children in free slots, while
 the reference's `tree_fixed_step_div`), until every path has ended (EOS or the length limit).
 Every segment of a path is a tree node (the reference's path ids root#c1#c2…), so the tree of
 `types.Tree` has node 0 = the prompt and one node per (path, segment); its leaves feed the tree
-advantages (`rl.tree_advantages.treepo`: subgroup baselines per depth).
+advantages (`rl.advantages.tree.treepo`: subgroup baselines per depth).
 
 Prefix reuse: a child copies its parent's KV-cache row and next-token logits at the boundary
 (`KVCache.take_rows`), so a shared prefix is decoded once. All G·B slots decode in lock-step
@@ -45,6 +45,12 @@ class TreePOOptions:
   segment_len: int = 8
   first_width: int = 2
   branches: int = 2
+
+  @classmethod
+  def from_config(cls, config) -> "TreePOOptions":
+    """`config.rl.treepo` -> TreePOOptions."""
+    c = config.rl.treepo
+    return cls(segment_len=c.segment_len, first_width=c.first_width, branches=c.branches)
 
   def __post_init__(self):
     for name in ("segment_len", "first_width", "branches"):

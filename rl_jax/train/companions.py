@@ -91,10 +91,6 @@ def rollout_state(companions: dict[str, Companion]) -> dict[str, Any]:
   return {name: s for name, s in out.items() if s is not None}
 
 
-# The file the RL phase's rollout history is exported to when the phase ends (JSON lines).
-HISTORY_FILE = "history.jsonl"
-
-
 class History(Companion):
   """Every round's attempts and successes per prompt and step (`value.history`): read by the
   allocators, the round rules and V0; checkpointed; written to WORKDIR/history.jsonl at the end."""
@@ -209,7 +205,7 @@ class Process(Companion):
 @COMPANIONS.register("history")
 def _history(exp, sft_params, start_step, built):
   del sft_params, start_step, built
-  return History(os.path.join(exp.workdir, HISTORY_FILE))
+  return History(os.path.join(exp.workdir, workdir.HISTORY_FILE))
 
 
 @COMPANIONS.register("v0")

@@ -16,7 +16,7 @@ import ml_collections
 
 from rl_jax.rewards import contained
 from rl_jax.sampling import arrol, echo_rules, engines
-from rl_jax.value import v0_model
+from rl_jax.value.v0 import model as v0_model
 
 
 class ConfigError(ValueError):
@@ -142,7 +142,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "eval.batch_size": _int(1),
     "checkpoint.every": _int(1),
     "checkpoint.max_to_keep": _int(1),
-    # V0 (rl_jax/value/prior.py).
+    # V0 (rl_jax/value/v0/online.py).
     "value.v0.num_queries": _int(1),
     "value.v0.query_dim": _int(1),
     "value.v0.num_heads": _int(1),
@@ -205,7 +205,7 @@ def check(config: ml_collections.ConfigDict) -> None:
     except ValueError as e:
       raise ConfigError(str(e)) from e
   if rl is not _MISSING and "process_reward" in rl:
-    from rl_jax.value import process  # pylint: disable=g-import-not-at-top
+    from rl_jax.value.prm import process  # pylint: disable=g-import-not-at-top
     try:
       process.check_config(config)
     except ValueError as e:

@@ -14,14 +14,15 @@ import shutil
 import jax
 
 from rl_jax import models, parallel, tokenizers
+from rl_jax import workdir as workdir_lib
 from rl_jax.checkpoint import Checkpointer
+from rl_jax.experiment import Experiment
 from rl_jax.train import phases
-from rl_jax.train.experiment import Experiment
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train_state import TrainState, make_optimizer
 
 
 def _sft_dir(source: str) -> str:
-  return phases.checkpoint_dir(source, "sft")
+  return workdir_lib.checkpoint_dir(source, "sft")
 
 
 def _tokenizer_files(workdir: str) -> tuple[str, str]:

@@ -28,15 +28,12 @@ import jax
 import ml_collections
 import numpy as np
 
-from rl_jax import compile_cache, data, models, parallel, sampling
+from rl_jax import compile_cache, data, experiment, models, parallel, sampling, seeds
+from rl_jax import workdir as workdir_lib
 from rl_jax.data import ladder
-from rl_jax.evals import runner as eval_runner
 from rl_jax.metrics import MetricsWriter, plot_curves
 from rl_jax.rollout import requests as requests_lib
-from rl_jax.train import config_check, evaluate, experiment, init_from, phases, signals
-
-SUMMARY_FILE = "summary.json"
-EVALS_FILE = "evals.json"
+from rl_jax.train import config_check, evaluate, init_from, phases, signals
 
 
 class _Store:
@@ -78,7 +75,7 @@ def _evaluator(exp: experiment.Experiment):
   carry = (np.array([data.carry_class(e) for e in heldout])
            if exp.config.task.name == "chain_sum" else None)
   steps = hasattr(exp.task, "check_steps")
-  keys = {phase: jax.random.fold_in(exp.root_key(phase), phases.PHASE_TAGS["eval"])
+  keys = {phase: jax.random.fold_in(exp.root_key(phase), seeds.PHASE_TAGS["eval"])
           for phase in ("sft", "")}
 
   def run_eval(params, temperature: float, num_samples: int, phase: str = "") -> dict:
@@ -227,16 +224,16 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   primary = parallel.is_primary()
   os.makedirs(workdir, exist_ok=True)
   if primary:
-    eval_runner.save_config(config, workdir)  # experiments.eval / export rebuild the run from it
+    workdir_lib.save_config(config, workdir)  # experiments.eval / export rebuild the run from it
   if config.init_from and primary:
     init_from.prepare(config.init_from, workdir)
   parallel.sync("loop.prepare")
   exp = experiment.build(config, workdir)
-  store = _Store(os.path.join(workdir, EVALS_FILE))
+  store = _Store(os.path.join(workdir, workdir_lib.EVALS_FILE))
   parallel.sync("loop.store")  # Every process has read the files before process 0 rewrites them.
   if config.init_from:
     init_from.check_same_data(config.init_from, workdir)
-    source_evals = _Store(os.path.join(config.init_from, EVALS_FILE)).values
+    source_evals = _Store(os.path.join(config.init_from, workdir_lib.EVALS_FILE)).values
     for key in ("sft", "sft_seconds"):  # Its SFT evaluations are this run's too.
       if key in source_evals and key not in store.values:
         store.set(key, source_evals[key])
@@ -278,9 +275,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   store.set("previous_wall_seconds", summary["wall_seconds"])
   if primary:
     plot_curves(workdir)
-    tmp = os.path.join(workdir, SUMMARY_FILE + ".tmp")
+    tmp = os.path.join(workdir, workdir_lib.SUMMARY_FILE + ".tmp")
     with open(tmp, "w") as f:
       json.dump(summary, f, indent=1, sort_keys=True)
-    os.replace(tmp, os.path.join(workdir, SUMMARY_FILE))
+    os.replace(tmp, os.path.join(workdir, workdir_lib.SUMMARY_FILE))
   parallel.sync("loop.done")
   return summary

@@ -11,30 +11,29 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
 import time
 from typing import Any, Callable, Optional
 
 import jax
 import numpy as np
 
-from rl_jax import models, parallel, seeds
+from rl_jax import experiment, models, parallel, seeds
+from rl_jax import workdir as workdir_lib
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import LengthBuckets
+from rl_jax.experiment import Experiment
 from rl_jax.metrics import MetricsWriter, ProgressBar
 from rl_jax.rollout import checks, collect, pool
 from rl_jax.rollout.requests import StepContext
 from rl_jax.train import companions as companions_lib
-from rl_jax.train import experiment, signals
 from rl_jax.train import hyper as hyper_lib
+from rl_jax.train import signals
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.experiment import Experiment
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train_state import TrainState, make_optimizer
 from rl_jax.types import SFTBatch
 
 _log = logging.getLogger(__name__)
 
-PHASE_TAGS = seeds.PHASE_TAGS  # TEMP until merge
 
 class Interrupted(Exception):
   """Raised when `config.interrupt_at` asks the run to stop (a simulated preemption)."""
@@ -191,14 +190,9 @@ def _restore_or_init(exp: Experiment, ckpt: Checkpointer, params, tx):
   return restored, step, meta, shardings
 
 
-def checkpoint_dir(workdir: str, phase: str) -> str:
-  """Where a run keeps the checkpoints of `phase` (`config.init_from` reads the 'sft' ones)."""
-  return os.path.join(workdir, "checkpoints", phase)
-
-
 def _ckpt(exp: Experiment, phase: str, stream=None) -> Checkpointer:
   c = exp.config.checkpoint
-  return Checkpointer(checkpoint_dir(exp.workdir, phase), save_every=c.every,
+  return Checkpointer(workdir_lib.checkpoint_dir(exp.workdir, phase), save_every=c.every,
                       max_to_keep=c.max_to_keep,
                       data_iterator=None if stream is None else stream.iterator)
 
@@ -210,7 +204,7 @@ def problem_stream(exp: Experiment, phase: str, batch_size: int):
   from rl_jax.data import grain_source  # pylint: disable=import-outside-toplevel
   return grain_source.ProblemStream(
       exp.train_source, batch_size, seed=grain_source.sampler_seed(
-          experiment.phase_seed(exp.config, phase), PHASE_TAGS[phase]),
+          experiment.phase_seed(exp.config, phase), seeds.PHASE_TAGS[phase]),
       worker_count=exp.config.data.worker_count, read_threads=exp.config.data.read_threads)
 
 
@@ -227,7 +221,7 @@ def sft(exp: Experiment, phase: str, params, num_steps: int, writer: MetricsWrit
   ckpt = _ckpt(exp, phase, stream)
   state, start, meta, state_sh = _restore_or_init(exp, ckpt, params, tx)
   n = len(exp.train_prompts)
-  tag = PHASE_TAGS[phase]
+  tag = seeds.PHASE_TAGS[phase]
   example = SFTBatch(exp.train_prompts[:cfg.batch_size], exp.train_prompt_mask[:cfg.batch_size],
                      exp.demo_tokens[:cfg.batch_size], exp.demo_mask[:cfg.batch_size])
   step_jit = jax.jit(functools.partial(steps_lib.sft_step, model_cfg=exp.model_cfg),

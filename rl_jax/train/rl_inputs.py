@@ -163,7 +163,7 @@ def _process_advantages(adv, weight, scalar, rollout: Rollout, hyper):
   the rollout's step rewards -> token advantages [B, G, T] (rows keep the outcome's weight)."""
   if rollout.step_rewards is None:
     raise ValueError(f"process_reward={hyper.process_reward!r} needs a rollout with "
-                     "step_rewards and step_of (value.process.ProcessScorer fills them)")
+                     "step_rewards and step_of (value.prm.process.ProcessScorer fills them)")
   if adv.ndim != 2:
     raise ValueError(f"process_reward={hyper.process_reward!r} adds to a per-row outcome "
                      f"advantage; estimator {hyper.advantage!r} gives token advantages")

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from rl_jax import models
 from rl_jax.rl import logprobs, losses
 from rl_jax.train import rl_inputs
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout, SFTBatch, check_rollout, check_sft_batch
 
 

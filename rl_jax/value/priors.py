@@ -5,10 +5,11 @@ V0.5 (ALGORITHMS.md §4.2) fuses a prior with a few rollouts; the allocators may
 
     predict(params, prompt_ids) -> (p0 [B], sigma0_sq [B])   (float64 numpy)
 
-built by a factory registered in `PRIORS`: `make(exp, history) -> prior`, where `exp` is the
-run's `train.experiment.Experiment` (its config, task, tokenizer, model) and `history` the run's
-live `value.history.RolloutHistory` (read at `predict` time, so the prior follows the policy).
-The `v0` prior (rl_jax/value/, V0's in-context head) registers here with the same method.
+built by a factory registered in `PRIORS`: `make(exp, history, companions) -> prior`, where
+`exp` is the run's `rl_jax.experiment.Experiment` (its config, task, tokenizer, model),
+`history` the run's live `value.history.RolloutHistory` (read at `predict` time, so the prior
+follows the policy) and `companions` the run companions' state by name. The `v0` prior is the
+run's V0 (the companion 'v0', `value.v0.run`).
 
 The two simple priors here are ours ([R]: ALGORITHMS.md has no rule for them):
 
@@ -26,6 +27,8 @@ Both read only records of the last `window` policy steps (`config.rl.v05.prior_w
 
 from __future__ import annotations
 
+from typing import Mapping, Optional
+
 import numpy as np
 
 from rl_jax.registry import Registry
@@ -34,12 +37,15 @@ from rl_jax.value.history import RolloutHistory
 PRIORS = Registry("prior")
 
 
-def make(name: str, exp, history: RolloutHistory):
-  """The prior registered as `name` for this run (ValueError naming config.rl.v05.prior)."""
+def make(name: str, exp, history: RolloutHistory, companions: Optional[Mapping] = None):
+  """The prior registered as `name` for this run (ValueError naming config.rl.v05.prior).
+
+  `companions`: the run companions' state by name (`train.companions.rollout_state`); the 'v0'
+  prior reads the run's V0 there."""
   if name not in PRIORS:
     raise ValueError(f"unknown prior {name!r} (config.rl.v05.prior / config.rl.allocator_prior); "
                      f"expected one of {list(PRIORS.names())}")
-  return PRIORS.get(name)(exp, history)
+  return PRIORS.get(name)(exp, history, dict(companions or {}))
 
 
 def _since(history: RolloutHistory, window: int) -> int:
@@ -102,20 +108,24 @@ class PromptHistory:
 
 
 @PRIORS.register("global_mean")
-def _global_mean(exp, history):
+def _global_mean(exp, history, companions):
+  del companions
   return GlobalMean(history, exp.config.rl.v05.prior_window)
 
 
 @PRIORS.register("history")
-def _history(exp, history):
+def _history(exp, history, companions):
+  del companions
   v = exp.config.rl.v05
   return PromptHistory(history, v.prior_window, v.prior_pseudo_count)
 
 
 @PRIORS.register("v0")
-def _v0(exp, history):
-  """The run's V0 (rl_jax/value/run_v0.py): its support set follows `history` through the RL
-  phase's `after_step` calls, so `history` is not read here."""
-  del history
-  from rl_jax.value import run_v0  # pylint: disable=import-outside-toplevel (a cycle otherwise)
-  return run_v0.of_experiment(exp).prior
+def _v0(exp, history, companions):
+  """The run's V0 (the companion 'v0', a `value.v0.run.RunV0`): its support set follows
+  `history` through the RL phase's `after_step` calls, so `history` is not read here."""
+  del exp, history
+  if "v0" not in companions:
+    raise ValueError("the 'v0' prior needs V0 in the run: set config.value.v0.enabled=True or "
+                     "name 'v0' in config.rl.v05.prior / config.rl.allocator_prior")
+  return companions["v0"].prior

@@ -1,6 +1,6 @@
 """ARRoL's quality head g_ψ (ALGORITHMS.md §6.6), trained online in the RL run (`rollout='arrol'`).
 
-    run = ArrolRun.of(exp)                 # the run's head and engine options (kept on `exp`)
+    run = ArrolRun(exp)                    # the run's head and engine options (a run companion)
     out = arrol.arrol_generate(params, run.head.params, ..., options=run.options)
     metrics = run.observe(out.features, rewards)   # BCE updates on the survivors' outcomes
     {**run.meta()}; run.load_meta(meta)    # its state rides in the RL checkpoint's meta
@@ -10,7 +10,7 @@ reads the policy's final-normed hidden state h_{i,t_p} of a partial rollout at t
 checkpoint (the policy is the body, so the head follows it as RL trains it). It starts at w = 0,
 b = 0 (ĝ = 0.5 everywhere: ARRoL keeps a score-blind, unbiased subsample until it has learnt) and
 after every generation round takes `config.rl.arrol.updates` Adam steps (`lr`) of the binary
-cross-entropy (`value.prm.bce_with_logits`) of its logits on the round's survivors against their
+cross-entropy (`value.prm.model.bce_with_logits`) of its logits on the round's survivors against their
 outcomes y_i = [r_i > `config.rl.success_threshold`] (first raw reward component). Pruned rows
 have no outcome and are never trained on [P: "trained on-the-fly with BCE against the final rewards
 of finished rollouts"; R: which rows, when, optimizer and step counts].
@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import math
-from typing import Optional
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,10 +27,7 @@ import optax
 
 from rl_jax.models import heads
 from rl_jax.sampling import arrol
-from rl_jax.value.prm import bce_with_logits
-
-_ATTR = "_arrol_run"  # where the run's ArrolRun is kept on its Experiment
-
+from rl_jax.value.prm.model import bce_with_logits
 
 def init_head(d_model: int, bias: float = 0.0) -> dict:
   """{'head': {'kernel': zeros [D], 'bias': bias}} (float32), the layout `heads.head_logits`
@@ -111,46 +105,14 @@ class QualityHead:
     self.rounds = int(state["rounds"])
 
 
-def options(config) -> arrol.ArrolOptions:
-  """`config.rl.arrol` -> ArrolOptions: N = rl.group_size survivors of N₀ = ⌈oversample·N⌉,
-  checkpoint t_p = max(1, round(prune_frac·T)) (ValueError naming the field when out of range)."""
-  rl, c = config.rl, config.rl.arrol
-  if not (isinstance(c.oversample, (int, float)) and math.isfinite(c.oversample)
-          and c.oversample >= 1):
-    raise ValueError(f"config.rl.arrol.oversample={c.oversample!r}: expected a number >= 1 "
-                     "(N0 = ceil(oversample * group_size) rows sampled per prompt)")
-  t = config.sampling.max_new_tokens
-  if not 0 < c.prune_frac < 1 or not 1 <= round(c.prune_frac * t) < t:
-    raise ValueError(f"config.rl.arrol.prune_frac={c.prune_frac!r} puts the checkpoint at "
-                     f"round(prune_frac * max_new_tokens={t}) = {round(c.prune_frac * t)} "
-                     f"tokens; expected a fraction in (0, 1) giving 1 <= t_p < {t}")
-  if not c.lr > 0 or c.updates < 0:
-    raise ValueError(f"config.rl.arrol.lr={c.lr!r} / updates={c.updates!r}: expected lr > 0 "
-                     "and updates >= 0")
-  n = rl.group_size
-  return arrol.ArrolOptions(oversample=int(math.ceil(c.oversample * n - 1e-9)), keep=n,
-                            prune_at=int(round(c.prune_frac * t)), rule=c.rule, rho=c.rho)
-
-
 class ArrolRun:
   """The ARRoL state of one RL run: engine options and the online quality head."""
 
   def __init__(self, exp):
     self.config = exp.config
-    self.options = options(exp.config)
+    self.options = arrol.ArrolOptions.from_config(exp.config)
     c = exp.config.rl.arrol
     self.head = QualityHead(exp.model_cfg.d_model, lr=c.lr, updates=c.updates)
-
-  @classmethod
-  def build(cls, exp) -> Optional["ArrolRun"]:
-    """The run's ArrolRun (kept on `exp`), or None when `rl.rollout` is not 'arrol'."""
-    if exp.config.rl.rollout != "arrol":
-      return None
-    if _ATTR not in exp.__dict__:
-      exp.__dict__[_ATTR] = cls(exp)
-    return exp.__dict__[_ATTR]
-
-  of = build
 
   def observe(self, features, rewards) -> dict:
     """Trains the head on a round's survivors: features [R, D], raw rewards [R, K]."""

@@ -12,9 +12,8 @@ import pytest
 from rl_jax import models
 from rl_jax.data.batching import LengthBuckets
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train_state import TrainState, make_optimizer, optim_config
 from rl_jax.types import SFTBatch
-from experiments.configs import common
 
 
 def _data(n=240, p=12, t=20, seed=0):
@@ -62,7 +61,7 @@ def test_narrow_batch_has_the_same_loss():
   cfg = models.ModelConfig(vocab_size=32, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
                            d_ff=64, max_seq_len=64)
   params = models.init_params(cfg, jax.random.key(0))
-  state = TrainState.create(params, make_optimizer(common.optim(1e-3), 10))
+  state = TrainState.create(params, make_optimizer(optim_config(1e-3), 10))
   step = jax.jit(functools.partial(steps_lib.sft_step, model_cfg=cfg))
   idx, p, t = b.sample(np.random.default_rng(1))
   wide = SFTBatch(prompts[idx], prompt_mask[idx], tokens[idx], mask[idx])

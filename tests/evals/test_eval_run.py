@@ -16,9 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rl_jax import experiment
 from rl_jax import models
+from rl_jax import workdir as workdir_lib
 from rl_jax.evals import export, runner
-from rl_jax.train import experiment, loop
+from rl_jax.train import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -36,7 +38,7 @@ def finished_run(tmp_path_factory, smoke_config_factory):
 
 def test_run_config_round_trips(finished_run):
   workdir, config, _ = finished_run
-  back = runner.load_config(workdir)
+  back = workdir_lib.load_config(workdir)
   # repr, not ==: config.rl.process.alpha is NaN (a required value with no default).
   assert repr(back.to_dict()) == repr(config.to_dict())
   assert isinstance(back.mesh.shape, tuple) and isinstance(back.rl.latr.windows, tuple)
@@ -44,7 +46,7 @@ def test_run_config_round_trips(finished_run):
 
 def test_heldout_eval_matches_the_runs_own_greedy_accuracy(finished_run):
   workdir, config, summary = finished_run
-  result = runner.evaluate_run(runner.load_config(workdir), workdir, ks=(1, 2), num_samples=4)
+  result = runner.evaluate_run(workdir_lib.load_config(workdir), workdir, ks=(1, 2), num_samples=4)
   o = result["overall"]
   assert result["phase"] == "rl" and o["n"] == config.task.eval_size
   # Same policy, prompts, batch shape and key as the run's final evaluation.
@@ -83,7 +85,7 @@ def test_export_opens_in_transformers_with_the_same_logits(finished_run, tmp_pat
   import torch  # pylint: disable=g-import-not-at-top  (the [test] extra)
   import transformers  # pylint: disable=g-import-not-at-top
   workdir, _, _ = finished_run
-  config = runner.load_config(workdir)
+  config = workdir_lib.load_config(workdir)
   info = export.export_run(config, workdir, str(tmp_path / "hf"))
   assert info["phase"] == "rl"
   assert {"config.json", "model.safetensors", "tokenizer.model"} <= set(info["files"])
@@ -109,7 +111,7 @@ def test_export_opens_in_transformers_with_the_same_logits(finished_run, tmp_pat
 
 def test_missing_run_config_and_checkpoints_are_clear_errors(tmp_path):
   with pytest.raises(FileNotFoundError, match="run_config.json"):
-    runner.load_config(str(tmp_path))
+    workdir_lib.load_config(str(tmp_path))
   with pytest.raises(FileNotFoundError, match="no checkpoints"):
     runner.resolve_phase(str(tmp_path), "final")
   with pytest.raises(ValueError, match="phase='best'"):

@@ -14,7 +14,7 @@ from jax.sharding import SingleDeviceSharding
 from kernels.grouped_advantage import kernel as ga_kernel
 from kernels.logprob import common, kernel_gpu, kernel_tpu
 from kernels.logprob.block_sizes import tuned
-from rl_jax.train import aot
+from rl_jax.tools import aot
 
 N, V = 512, 151936  # Qwen3's vocabulary: the last vocabulary block is partial.
 TRITON_CALL = "__gpu$xla.gpu.triton"

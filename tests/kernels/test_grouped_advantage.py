@@ -115,7 +115,7 @@ def test_auto_lowers_to_the_kernel_for_tpu_and_to_xla_for_cpu():
   import jax  # pylint: disable=g-import-not-at-top
   from jax.sharding import SingleDeviceSharding  # pylint: disable=g-import-not-at-top
 
-  from rl_jax.train import aot  # pylint: disable=g-import-not-at-top
+  from rl_jax.tools import aot  # pylint: disable=g-import-not-at-top
   grpo = jax.jit(advantages.get("grpo"))
   rewards, valid, _ = _batch()
   r, v = jnp.asarray(rewards.reshape(B, G)), jnp.asarray(valid.reshape(B, G))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rl_jax.rl import process_rewards as pr
-from rl_jax.value import pav
+from rl_jax.value.prm import pav
 
 
 def _one_row(step_of, values_at_end=None):

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from rl_jax.rl import advantages as adv_lib
-from rl_jax.rl import tree_advantages as tree_lib
+from rl_jax.rl.advantages import group as adv_group
+from rl_jax.rl.advantages import tree as tree_lib
 from rl_jax.train import rl_inputs
 from rl_jax.train import steps as steps_lib
 from rl_jax.types import Rollout, Tree
@@ -389,10 +390,10 @@ def test_flat_fallback_matches_group_estimators():
   valid = np.array([[True, True, True, False], [True, True, True, True]])
   mask = np.arange(5) < np.array([[2, 5, 3, 4], [1, 2, 3, 4]])[..., None]
   got, _ = tree_lib.treepo(r, valid, mask=mask)
-  want, _ = adv_lib.reinforce_pp_baseline(r, valid, mask=mask)
+  want, _ = adv_group.reinforce_pp_baseline(r, valid, mask=mask)
   np.testing.assert_allclose(got, want, atol=1e-5)
   got, _ = tree_lib.branchgrpo_depth(r, valid)
-  want, _ = adv_lib.grpo(r, valid)
+  want, _ = adv_group.grpo(r, valid)
   assert got.shape == (2, 4)
   np.testing.assert_allclose(got, want, atol=1e-4)
   # Paper form on a flat tree: GA = LA = r − mean, |L| = 1.
@@ -463,5 +464,5 @@ def test_rl_inputs_flat_estimator_ignores_tree():
   tree, mask = worked_tree()
   hyper = steps_lib.RLHyper(group_size=4, advantage='grpo')
   adv, _, _ = rl_inputs.advantages(jnp.asarray(REWARDS), _rollout(tree, mask, 4), hyper)
-  want, _ = adv_lib.grpo(jnp.asarray([REWARDS]), np.ones((1, 4), bool))
+  want, _ = adv_group.grpo(jnp.asarray([REWARDS]), np.ones((1, 4), bool))
   np.testing.assert_allclose(adv, np.asarray(want)[0], atol=1e-6)

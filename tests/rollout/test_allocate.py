@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from experiments.configs import ladder
-from rl_jax import workdir
+from rl_jax import experiment, workdir
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rollout import collect, planner, pool
 from rl_jax.rollout.requests import StepContext
-from rl_jax.train import config_check, experiment, phases
+from rl_jax.train import config_check, phases
 from rl_jax.value.history import RolloutHistory
 
 
@@ -247,10 +247,10 @@ def test_prompt_pool_is_a_fixed_random_subset(smoke_config_factory):
   c = smoke_config_factory()
   assert planner.prompt_pool(c, 5000) is None  # 0: every train problem.
   c.rl.prompt_pool, c.task.seed = 1000, 0
-  pool = planner.prompt_pool(c, 30000)
-  assert len(set(pool.tolist())) == 1000 and pool.min() >= 0 and pool.max() < 30000
-  assert (np.diff(pool) > 0).all() and pool.max() > 25000 and pool.min() < 5000
+  ids = planner.prompt_pool(c, 30000)
+  assert len(set(ids.tolist())) == 1000 and ids.min() >= 0 and ids.max() < 30000
+  assert (np.diff(ids) > 0).all() and ids.max() > 25000 and ids.min() < 5000
   c.seed = 2
-  np.testing.assert_array_equal(planner.prompt_pool(c, 30000), pool)
+  np.testing.assert_array_equal(planner.prompt_pool(c, 30000), ids)
   c.task.seed = 1
-  assert not np.array_equal(planner.prompt_pool(c, 30000), pool)
+  assert not np.array_equal(planner.prompt_pool(c, 30000), ids)

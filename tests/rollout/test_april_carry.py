@@ -8,9 +8,11 @@ import os
 import numpy as np
 import pytest
 
+from rl_jax import experiment
+from rl_jax import workdir as workdir_lib
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rollout import april
-from rl_jax.train import config_check, experiment, phases
+from rl_jax.train import config_check, phases
 
 
 def test_worked_example_fifo():
@@ -71,7 +73,7 @@ def test_bad_options_raise_named_errors(smoke_config, overrides, message):
 
 
 def _meta(workdir, step):
-  with open(os.path.join(phases.checkpoint_dir(str(workdir), "rl"), str(step), "meta",
+  with open(os.path.join(workdir_lib.checkpoint_dir(str(workdir), "rl"), str(step), "meta",
                          "metadata")) as f:
     return json.load(f)
 

@@ -7,11 +7,11 @@ import jax
 import numpy as np
 import pytest
 
-from rl_jax import seeds
-from rl_jax.sampling import arrol
+from rl_jax import experiment, seeds
 from rl_jax.rollout import collect, planner
 from rl_jax.rollout.requests import StepContext
-from rl_jax.train import config_check, experiment, phases
+from rl_jax.sampling import arrol
+from rl_jax.train import config_check, phases
 from rl_jax.value import quality_head
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")  # Compiling dominates these tiny shapes.
@@ -38,11 +38,11 @@ def test_batch_holds_the_survivors_only(smoke_config, tmp_path):
   # The batch is the engine's survivors (the untrained head is constant: rows {0, 1, 4, 5} of
   # each group of N0 = 6, which tests/sampling/test_arrol_engine.py shows are the unpruned
   # sampler's rows); the other rows are nowhere in the batch.
-  rng = exp.host_rng(seeds.PHASE_TAGS["rl"], 0)
+  rng = exp.host_rng(seeds.RL, 0)
   idx = rng.choice(len(exp.train_prompts), b, replace=False)
   out = arrol.arrol_generate(params, quality_head.init_head(exp.model_cfg.d_model),
                              exp.train_prompts[idx], exp.train_prompt_mask[idx],
-                             planner.round_key(exp, seeds.PHASE_TAGS["rl"], 0, 0),
+                             planner.round_key(exp, seeds.RL, 0, 0),
                              cfg=exp.model_cfg,
                              strategy=exp.rollout_strategy, max_new_tokens=exp.max_new_tokens,
                              eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id,
@@ -129,5 +129,5 @@ def test_sweep_applies_to_the_ladder_config():
     config = ladder.get_config()
     config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
     config_check.check(config)
-    opts = quality_head.options(config)
+    opts = arrol.ArrolOptions.from_config(config)
     assert (opts.oversample, opts.keep, opts.prune_at) == (12, 8, 20)

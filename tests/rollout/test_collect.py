@@ -9,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rollout import checks, collect, engines, pool
 from rl_jax.rollout.requests import StepContext
-from rl_jax.train import experiment, phases
+from rl_jax.train import phases
 from rl_jax.types import Rollout
 
 T = 5

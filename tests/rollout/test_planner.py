@@ -8,10 +8,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+from rl_jax import experiment
 from rl_jax.rollout import checks, collect, pool, rules
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.rollout.requests import StepContext
-from rl_jax.train import experiment, phases, rl_inputs
+from rl_jax.train import phases, rl_inputs
 from rl_jax.train.steps import RLHyper
 from rl_jax.types import Rollout
 from rl_jax.value.history import RolloutHistory
@@ -147,7 +148,7 @@ def test_ragged_advantages_equal_dense_groups():
 @pytest.mark.parametrize("field,value,match", [
     ("rows", 8, "rows=8 needs the ragged layout; expected"),
     ("allocator", "knapsack", "max_group_size"),
-    ("max_group_size", 2, "below config.rl.group_size"),
+    ("max_group_size", 2, r"max_group_size=2: expected 0 \(dense groups\) or >= group_size=4"),
     ("round_rules", ("nope",), "unknown round rule 'nope'"),
     ("success_threshold", 1.0, "success_threshold"),
 ])
@@ -162,7 +163,7 @@ def test_planner_config_errors(smoke_config, field, value, match):
 def test_engine_round_on_ragged_rows(smoke_config, tmp_path):
   """The real engine, ragged layout (uniform counts, R_max = 20 > 16 rows requested): static
   shapes, padding rows unscored, the history recorded, and the dense round's samples exactly.
-  (tests/value/test_v05.py runs the RL phase on ragged batches with extra rounds.)"""
+  (tests/rl/test_v05.py runs the RL phase on ragged batches with extra rounds.)"""
   smoke_config.rl.update(max_group_size=6, rows=20)
   exp = experiment.build(smoke_config, str(tmp_path))
   params = phases.init_params(exp)

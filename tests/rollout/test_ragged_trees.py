@@ -11,15 +11,16 @@ import numpy as np
 import optax
 import pytest
 
+from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.rl import tree_advantages  # noqa: F401  (registers the tree estimators)
+from rl_jax.rl.advantages import tree  # noqa: F401  (registers the tree estimators)
 from rl_jax.rollout import checks, collect, engines, pool
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.rollout.requests import StepContext
-from rl_jax.train import config_check, experiment, phases, rl_inputs
+from rl_jax.train import config_check, phases, rl_inputs
 from rl_jax.train import hyper as hyper_lib
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout, Tree
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")  # Tests compare programs on tiny shapes.
@@ -163,10 +164,10 @@ def test_assemble_packs_trees_of_several_rounds(smoke_config):
   """DAPO-like selection over two fresh rounds (slots 0-1, then 2-3): the batch's tree has the
   chosen slots' parent/depth per group and their rows' incidence; padding rows are no leaf."""
   smoke_config.rl.update(prompts_per_step=2, group_size=2, max_group_size=4, rows=6)
-  pool = pool.Pool()
-  pool.add(_tree_round((2, 1), 0), np.zeros((3, 1)), np.zeros((3, 1)), np.full(2, -1), None)
-  pool.add(_tree_round((3, 2), 2), np.ones((5, 1)), np.ones((5, 1)), np.full(2, -1), None)
-  batch, shaped, _ = pool.assemble(pool, smoke_config, (np.array([3, 0]), np.ones(2, bool)))
+  rows = pool.Pool()
+  rows.add(_tree_round((2, 1), 0), np.zeros((3, 1)), np.zeros((3, 1)), np.full(2, -1), None)
+  rows.add(_tree_round((3, 2), 2), np.ones((5, 1)), np.ones((5, 1)), np.full(2, -1), None)
+  batch, shaped, _ = pool.assemble(rows, smoke_config, (np.array([3, 0]), np.ones(2, bool)))
   np.testing.assert_array_equal(batch.group, [0, 0, 1, 1, 2, 2])
   np.testing.assert_array_equal(batch.valid, [1, 1, 1, 1, 0, 0])
   np.testing.assert_array_equal(batch.tree.depth[:, 6], [3, 0])  # slot 3, then slot 0
@@ -174,9 +175,9 @@ def test_assemble_packs_trees_of_several_rounds(smoke_config):
   assert not batch.tree.leaf_node[4:].any() and not batch.tree.node_of[4:].any()
   np.testing.assert_array_equal(shaped[:, 0], [1, 1, 0, 0, 0, 0])
   with pytest.raises(ValueError, match="mixes rounds with and without a tree"):
-    pool.add(_tree_round((1,), 4).replace(tree=None), np.ones((1, 1)), np.ones((1, 1)),
+    rows.add(_tree_round((1,), 4).replace(tree=None), np.ones((1, 1)), np.ones((1, 1)),
              np.full(1, -1), None)
-    pool.assemble(pool, smoke_config, (np.array([0, 4]), np.ones(2, bool)))
+    pool.assemble(rows, smoke_config, (np.array([0, 4]), np.ones(2, bool)))
 
 
 def test_rl_phase_with_eptree_and_knapsack(smoke_config, tmp_path):
@@ -199,8 +200,9 @@ def test_rl_phase_with_eptree_and_knapsack(smoke_config, tmp_path):
 
 
 @pytest.mark.parametrize("rl,match", [
-    ({"rollout": "echo"}, r"rollout='echo' with the ragged layout .* is not supported"),
-    ({"rollout": "arrol"}, r"rollout='arrol' with the ragged layout .* is not supported"),
+    ({"rollout": "echo"}, r"allocator='knapsack' needs ragged groups, which rollout='echo'"),
+    ({"rollout": "arrol", "allocator": "uniform"},
+     r"rollout='arrol' with the ragged layout .* is not supported"),
     ({"rollout": "eptree", "allocation.probe": 2, "allocation.min_n": 2},
      r"rollout='eptree' with extension rounds"),
     ({"rollout": "treepo", "advantage": "v05"}, r"rollout='treepo' with extension rounds"),

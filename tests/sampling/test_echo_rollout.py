@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from rl_jax import models, sampling
-from rl_jax.rl import logprobs, tree_advantages
+from rl_jax.rl import logprobs
+from rl_jax.rl.advantages import tree as tree_lib
 from rl_jax.sampling import echo, echo_rules
 
 G, T = 4, 12
@@ -180,7 +181,7 @@ def test_tree_feeds_tree_advantages(grown):
   r = np.array([[1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0]], np.float32)
   per_prompt = tree.replace(leaf_node=tree.leaf_node.reshape(2, G, n),
                             node_of=tree.node_of.reshape(2, G, T))
-  adv, w = tree_advantages.treerl_paper(jnp.asarray(r), jnp.ones((2, G), bool), tree=per_prompt,
+  adv, w = tree_lib.treerl_paper(jnp.asarray(r), jnp.ones((2, G), bool), tree=per_prompt,
                                         mask=jnp.asarray(out.mask.reshape(2, G, T)))
   adv = np.asarray(adv)
   assert adv.shape == (2, G, T) and np.asarray(w).all()

@@ -110,7 +110,8 @@ def test_refill_engine_in_rl_rollout(smoke_config, tmp_path):
   behaviour log-probs equal the trainer's."""
   from rl_jax.rollout import collect  # pylint: disable=g-import-not-at-top
   from rl_jax.rollout.requests import StepContext  # pylint: disable=g-import-not-at-top
-  from rl_jax.train import experiment, phases  # pylint: disable=g-import-not-at-top
+  from rl_jax import experiment  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import phases  # pylint: disable=g-import-not-at-top
   smoke_config.sampling.update(engine="refill", num_slots=5)
   exp = experiment.build(smoke_config, str(tmp_path))
   params = phases.init_params(exp)

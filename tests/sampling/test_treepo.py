@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from rl_jax import models, sampling
-from rl_jax.rl import logprobs, tree_advantages
+from rl_jax.rl import logprobs
+from rl_jax.rl.advantages import tree as tree_lib
 from rl_jax.sampling import treepo
 
 G, T, SEG = 8, 12, 4
@@ -72,7 +73,7 @@ def test_tree_feeds_treepo_advantages(grown):
   r = (np.arange(2 * G) % 3 == 0).astype(np.float32).reshape(2, G)
   t = out.tree
   tree = t.replace(leaf_node=t.leaf_node.reshape(2, G, -1), node_of=t.node_of.reshape(2, G, T))
-  adv, w = tree_advantages.treepo(jnp.asarray(r), jnp.ones((2, G), bool), tree=tree,
+  adv, w = tree_lib.treepo(jnp.asarray(r), jnp.ones((2, G), bool), tree=tree,
                                   mask=jnp.asarray(out.mask.reshape(2, G, T)), whiten=False)
   adv = np.asarray(adv)
   assert np.asarray(w).all() and np.isfinite(adv).all()
@@ -96,7 +97,8 @@ def test_treepo_rollout_mode_through_rl_inputs(smoke_config, tmp_path):
   """config.rl.rollout='treepo': the RL batch carries the tree and the 'treepo' advantage runs."""
   from rl_jax.rollout import checks, collect  # pylint: disable=g-import-not-at-top
   from rl_jax.rollout.requests import StepContext  # pylint: disable=g-import-not-at-top
-  from rl_jax.train import experiment, phases, rl_inputs  # pylint: disable=g-import-not-at-top
+  from rl_jax import experiment  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import phases, rl_inputs  # pylint: disable=g-import-not-at-top
   from rl_jax.train import hyper as hyper_lib  # pylint: disable=g-import-not-at-top
   smoke_config.rl.update(rollout="treepo", advantage="treepo")
   smoke_config.rl.treepo.update(segment_len=2, first_width=2, branches=2)

@@ -7,7 +7,7 @@ import pytest
 
 from experiments.configs import scale
 from rl_jax import chips
-from rl_jax.train import aot
+from rl_jax.tools import aot
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from rl_jax.checkpoint import Checkpointer, CheckpointCorruptError
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.train import loop, phases, signals
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout, SFTBatch
 
 CFG = models.ModelConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32,

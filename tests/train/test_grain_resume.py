@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import pytest
 
+from rl_jax import experiment
 from rl_jax.data import grain_source
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.train import experiment, phases
+from rl_jax.train import phases
 
 _TIMING = ("time", "step_seconds")
 

@@ -20,12 +20,13 @@ import numpy as np
 import optax
 import pytest
 
+from rl_jax import experiment
 from rl_jax import models
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import logprobs
-from rl_jax.train import experiment, phases
+from rl_jax.train import phases
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout, SFTBatch
 from padded_tokens import padded_tokens  # tests/padded_tokens.py
 

@@ -16,8 +16,8 @@ import os
 
 import pytest
 
-from rl_jax import workdir
-from rl_jax.metrics import METRICS_FILE, read_metrics
+from rl_jax import workdir as workdir_lib
+from rl_jax.metrics import read_metrics
 from rl_jax.train import loop, phases
 from rl_jax.value.history import RolloutHistory
 
@@ -33,7 +33,7 @@ def _config(make, interrupt_at=""):
   config.rl.kl_kind = "k1"
   config.rl.optim.warmup_steps = 0  # Every RL update moves the policy, so KL != 0 from step 2.
   config.interrupt_at = interrupt_at
-  # V0 (rl_jax/value/run_v0.py) trains every 2 steps and is calibrated at each evaluation: its
+  # V0 (rl_jax/value/v0/run.py) trains every 2 steps and is calibrated at each evaluation: its
   # state rides in the RL checkpoint's meta, so its metrics must resume exactly too.
   config.value.v0.update(enabled=True, num_queries=4, mlp_hidden=8, head_dim=8, support_size=16,
                          train_every=2, train_steps=2, calib_prompts=8, calib_samples=2)
@@ -52,7 +52,7 @@ def _records(workdir, phase):
 
 
 def _summary(workdir):
-  with open(os.path.join(workdir, loop.SUMMARY_FILE)) as f:
+  with open(os.path.join(workdir, workdir_lib.SUMMARY_FILE)) as f:
     return json.load(f)
 
 
@@ -75,8 +75,8 @@ def _assert_same_run(reference, resumed):
   assert {"v0/loss", "v0/brier", "baseline_past_rate/coverage"} <= set(rl[4])
   # The rollout history (checkpointed in the RL meta) is the uninterrupted run's: 4 steps x 4
   # prompts, one record each.
-  want_h = RolloutHistory.from_jsonl(os.path.join(reference, workdir.HISTORY_FILE))
-  got_h = RolloutHistory.from_jsonl(os.path.join(resumed, workdir.HISTORY_FILE))
+  want_h = RolloutHistory.from_jsonl(os.path.join(reference, workdir_lib.HISTORY_FILE))
+  got_h = RolloutHistory.from_jsonl(os.path.join(resumed, workdir_lib.HISTORY_FILE))
   assert len(want_h) == 16 and got_h == want_h
   assert sorted(set(want_h.records()["step"].tolist())) == [0, 1, 2, 3]
   assert (want_h.records()["attempts"] == 4).all()
@@ -107,10 +107,10 @@ def test_rl_interrupted_and_resumed_matches_uninterrupted(reference_run, tmp_pat
   with pytest.raises(phases.Interrupted, match="rl step 2"):
     loop.run(_config(make, "rl:2"), workdir)
   assert sorted(_records(workdir, "rl")) == [1, 2]
-  assert not os.path.exists(os.path.join(workdir, loop.SUMMARY_FILE))
+  assert not os.path.exists(os.path.join(workdir, workdir_lib.SUMMARY_FILE))
   # Simulate a crash after step 3 was logged but before it was checkpointed: the resumed run must
   # drop that record, not duplicate it.
-  with open(os.path.join(workdir, METRICS_FILE), "a") as f:
+  with open(os.path.join(workdir, workdir_lib.METRICS_FILE), "a") as f:
     f.write(json.dumps({"step": 3, "phase": "rl", "loss": 123.0, "time": 0.0}) + "\n")
 
   summary = loop.run(_config(make), workdir)
@@ -137,10 +137,10 @@ def test_sft_interrupted_and_resumed_matches_uninterrupted(reference_run, tmp_pa
 def test_finished_run_rerun_is_a_no_op(reference_run, tmp_path):
   """Re-running a finished workdir trains nothing more and keeps the same results."""
   reference, make = reference_run
-  with open(os.path.join(reference, METRICS_FILE)) as f:
+  with open(os.path.join(reference, workdir_lib.METRICS_FILE)) as f:
     before = f.read()
   summary = loop.run(_config(make), reference)
-  with open(os.path.join(reference, METRICS_FILE)) as f:
+  with open(os.path.join(reference, workdir_lib.METRICS_FILE)) as f:
     assert f.read() == before
   assert summary["rl_accuracy"] == _summary(reference)["rl_accuracy"]
   assert summary["wall_seconds"] >= summary["sft_train_seconds"]

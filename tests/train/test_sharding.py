@@ -15,14 +15,14 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.configs import common
+from rl_jax import experiment
 from rl_jax import models, parallel, sampling
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import logprobs
 from rl_jax.sampling import refill
-from rl_jax.train import experiment, phases
+from rl_jax.train import phases
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState, make_optimizer
+from rl_jax.train_state import TrainState, make_optimizer, optim_config
 from rl_jax.types import Rollout, SFTBatch
 
 CFG = models.ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
@@ -35,7 +35,7 @@ ATOL = 1e-5
 # Adam's first update is g / (|g| + eps): with the usual eps=1e-8 a gradient entry near zero (1e-7)
 # turns float reduction-order noise into a different update. A larger eps keeps the comparison of
 # parameters well conditioned; the Adam moments (compared too) check the gradients themselves.
-OPTIM = common.optim(1e-2, eps=1e-3)
+OPTIM = optim_config(1e-2, eps=1e-3)
 # XLA optimizations off: these tests compare programs on tiny shapes (one device vs a mesh), or run
 # the tiny smoke phase on a mesh; compiling dominates. The SPMD partitioner runs all the same.
 pytestmark = pytest.mark.usefixtures("fast_compiles")

@@ -18,7 +18,7 @@ from rl_jax import models
 from rl_jax.rl import logprobs
 from rl_jax.train import rl_inputs
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout
 
 CFG = models.ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,

@@ -18,10 +18,11 @@ import optax
 import pytest
 
 from rl_jax import models
-from rl_jax.rl import advantages, logprobs, losses
+from rl_jax.rl import logprobs, losses
+from rl_jax.rl.advantages import group
 from rl_jax.train import rl_inputs
 from rl_jax.train import steps as steps_lib
-from rl_jax.train.state import TrainState
+from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout
 from padded_tokens import padded_tokens  # tests/padded_tokens.py
 
@@ -101,7 +102,7 @@ def test_one_iteration_is_the_plain_policy_gradient():
   params, ref, batch = _inputs(noise=0.3)
   state, metrics = _step(steps_lib.RLHyper(group_size=G), params, ref, batch)
 
-  adv, _ = advantages.grpo(REWARDS.reshape(B, G), np.ones((B, G), bool))
+  adv, _ = group.grpo(REWARDS.reshape(B, G), np.ones((B, G), bool))
 
   def loss(p):
     logp = logprobs.completion_logprobs(CFG, p, batch.prompt_tokens, batch.prompt_mask,
@@ -152,7 +153,7 @@ def test_gdpo_gets_the_reward_components():
   rewards = np.stack([REWARDS, fmt], 1)
   hyper = steps_lib.RLHyper(group_size=G, advantage="gdpo", reward_weights=(1.0, 0.5))
   state, metrics = _step(hyper, params, ref, batch, rewards)
-  want, _ = advantages.gdpo(rewards.reshape(B, G, 2), np.ones((B, G), bool), weights=(1.0, 0.5))
+  want, _ = group.gdpo(rewards.reshape(B, G, 2), np.ones((B, G), bool), weights=(1.0, 0.5))
   np.testing.assert_allclose(metrics["adv_abs_mean"], np.abs(want).mean(), atol=ATOL)
   assert float(metrics["grad_norm"]) > 0
   assert all(np.isfinite(float(v)) for v in metrics.values())
@@ -169,14 +170,14 @@ def test_kl_in_reward():
   beta = 0.1
   hyper = steps_lib.RLHyper(group_size=G, kl_coef=beta, kl_in_reward=True)
   adv, _, scalar = rl_inputs.advantages(REWARDS, batch, hyper, k1)
-  want, _ = advantages.grpo((REWARDS - beta * np.asarray(k1).sum(-1)).reshape(B, G),
+  want, _ = group.grpo((REWARDS - beta * np.asarray(k1).sum(-1)).reshape(B, G),
                             np.ones((B, G), bool))
   np.testing.assert_allclose(adv, np.asarray(want).reshape(-1), atol=1e-6)
   np.testing.assert_allclose(scalar, REWARDS)  # Metrics keep the task reward.
 
   pp = steps_lib.RLHyper(group_size=G, advantage="reinforce_pp", kl_coef=beta, kl_in_reward=True)
   adv, _, _ = rl_inputs.advantages(REWARDS, batch, pp, k1)
-  want, _ = advantages.reinforce_pp(REWARDS.reshape(B, G), np.ones((B, G), bool),
+  want, _ = group.reinforce_pp(REWARDS.reshape(B, G), np.ones((B, G), bool),
                                     mask=batch.mask.reshape(B, G, T),
                                     token_kl=k1.reshape(B, G, T), kl_coef=beta)
   assert adv.shape == (R, T)

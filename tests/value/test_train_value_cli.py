@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from experiments.configs import common
+from rl_jax.tools import train_value as offline
 from rl_jax.train import loop
-from rl_jax.value import offline, v0_io
 from rl_jax.value.history import RolloutHistory
+from rl_jax.value.v0 import io as v0_io
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

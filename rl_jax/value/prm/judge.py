@@ -1,0 +1,142 @@
+"""Judging PRMs against true step labels (the proving ground's `check_steps`).
+
+A completion of a k-term ladder problem has n = k - 1 scratchpad steps and a final answer line;
+its segments (non-empty lines, `prm.segments`) are matched to them in order, and the true label of
+segment h is `steps_correct[h]` for h < n and the reward for the final line (h = n). Rows whose
+segment count differs from their non-empty line count (a tokenization edge) are left out and
+counted. The true first wrong step f is the first segment whose label is False (n + 1 when all
+are right).
+
+Metrics, from a PRM's values after each segment `q [R, H]` (σ of its logits):
+
+* first-wrong-step accuracy: the prediction is the first segment with q < τ (n + 1 if none);
+  τ is chosen on the first half of the problems (the grid 0.05 .. 0.95) and the accuracy is
+  reported on the second half (`first_wrong_acc`), with τ = 0.5 on all rows beside it, and
+  split into rows with an error and rows without (`..._on_wrong`, `..._on_correct`); for
+  reference, the accuracy of the best constant guess of f on the calibration half
+  (`first_wrong_acc_constant`).
+* step AUROC: over segments up to and including the first wrong one (where "the step is right"
+  and "the prefix is right" coincide), score q, label the segment's correctness (`auroc`); the
+  same with the progress q_h − q_{h−1} as the score (`auroc_progress`).
+* best-of-N re-ranking: per problem, the accuracy of the sample with the highest min_h q_h
+  (`bon_min`) and last q (`bon_last`), against majority vote of the final answers (`majority`),
+  the first sample (`first`) and any-correct (`oracle`).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+TAUS = tuple(np.round(np.arange(0.05, 0.96, 0.05), 2))
+
+
+def true_labels(checks: Sequence, texts: Sequence[str], num_segments: np.ndarray, max_steps: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(labels [R, H] bool, label mask [R, H], kept [R]) from `ladder.StepCheck`s."""
+  r = len(checks)
+  labels = np.zeros((r, max_steps), bool)
+  lmask = np.zeros((r, max_steps), bool)
+  kept = np.zeros(r, bool)
+  for i, (c, text) in enumerate(zip(checks, texts)):
+    lines = [x for x in text.split("\n") if x.strip()]
+    if len(lines) != int(num_segments[i]) or len(lines) > max_steps:
+      continue
+    kept[i] = True
+    truth = list(c.steps_correct) + [bool(c.reward)]
+    for h in range(min(len(lines), len(truth))):
+      labels[i, h], lmask[i, h] = truth[h], True
+    for h in range(len(truth), len(lines)):  # extra lines after the expected ones: wrong
+      labels[i, h], lmask[i, h] = False, True
+  return labels, lmask, kept
+
+
+def first_false(labels: np.ndarray, lmask: np.ndarray) -> np.ndarray:
+  """[R] index of the first False among the masked labels, or the number of masked ones."""
+  bad = lmask & ~labels
+  n = lmask.sum(1)
+  return np.where(bad.any(1), np.argmax(bad, axis=1), n)
+
+
+def predicted_first(q: np.ndarray, lmask: np.ndarray, tau: float) -> np.ndarray:
+  return first_false(q >= tau, lmask)
+
+
+def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
+  """Area under the ROC curve (ties count half); nan when one class is absent."""
+  scores, labels = np.asarray(scores, float), np.asarray(labels, bool)
+  pos, neg = scores[labels], scores[~labels]
+  if not len(pos) or not len(neg):
+    return float("nan")
+  order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
+  allv = np.concatenate([pos, neg])[order]
+  ranks = np.empty(len(allv))
+  i = 0
+  while i < len(allv):  # average ranks over ties
+    j = i
+    while j + 1 < len(allv) and allv[j + 1] == allv[i]:
+      j += 1
+    ranks[i:j + 1] = (i + j) / 2 + 1
+    i = j + 1
+  r = np.empty(len(allv))
+  r[order] = ranks
+  return float((r[:len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def judge(q: np.ndarray, v0: np.ndarray, labels: np.ndarray, lmask: np.ndarray,
+          problem: np.ndarray) -> dict:
+  """Step-level metrics of one PRM on the kept rows (see the module docstring)."""
+  f_true = first_false(labels, lmask)
+  half = problem < np.median(np.unique(problem)) if len(np.unique(problem)) > 1 else \
+      np.ones(len(problem), bool)
+  calib = {tau: float(np.mean(predicted_first(q[half], lmask[half], tau) == f_true[half]))
+           for tau in TAUS}
+  tau = max(calib, key=lambda t: (calib[t], -abs(t - 0.5)))
+  test = ~half if (~half).any() else half
+  hit = predicted_first(q, lmask, tau) == f_true
+  wrong = f_true < lmask.sum(1)
+  hit05 = predicted_first(q, lmask, 0.5) == f_true
+  upto = lmask & (np.arange(lmask.shape[1])[None] <= f_true[:, None])
+  prev = np.concatenate([v0[:, None], q[:, :-1]], axis=1)
+  const = np.bincount(f_true[half]).argmax()  # the best constant guess, for reference
+  return {
+      "rows": int(len(q)), "rows_with_error": int(wrong.sum()),
+      "first_wrong_acc_constant": float(np.mean(f_true[test] == const)),
+      "tau": float(tau), "first_wrong_acc": float(hit[test].mean()),
+      "first_wrong_acc_on_wrong": float(hit[test & wrong].mean()) if (test & wrong).any() else
+      float("nan"),
+      "first_wrong_acc_on_correct": float(hit[test & ~wrong].mean()) if (test & ~wrong).any()
+      else float("nan"),
+      "first_wrong_acc_tau05": float(hit05.mean()),
+      "auroc": auroc(q[upto], labels[upto]),
+      "auroc_progress": auroc((q - prev)[upto], labels[upto]),
+      "auroc_all_steps_prefix": auroc(q[lmask], np.cumprod(labels | ~lmask, axis=1)[lmask] > 0),
+  }
+
+
+def best_of_n(scores: np.ndarray, rewards: np.ndarray, answers: Sequence[str], group: int
+              ) -> dict:
+  """Accuracy of the highest-scoring of each problem's `group` samples (ties: the first)."""
+  s = np.asarray(scores, float).reshape(-1, group)
+  r = np.asarray(rewards, float).reshape(-1, group)
+  pick = np.argmax(np.where(np.isnan(s), -np.inf, s), axis=1)
+  return float(r[np.arange(len(r)), pick].mean())
+
+
+def majority(rewards: np.ndarray, answers: Sequence[str], group: int) -> float:
+  """Accuracy of the majority final answer of each problem (ties: the answer seen first)."""
+  r = np.asarray(rewards, float).reshape(-1, group)
+  out = []
+  for b in range(len(r)):
+    ans = list(answers[b * group:(b + 1) * group])
+    counts = {a: ans.count(a) for a in ans}
+    best = max(ans, key=lambda a: (counts[a], -ans.index(a)))
+    out.append(r[b, ans.index(best)])
+  return float(np.mean(out))
+
+
+def final_answer(text: str) -> str:
+  """The last non-empty line (the ladder's final answer), stripped."""
+  lines = [x.strip() for x in text.split("\n") if x.strip()]
+  return lines[-1] if lines else ""

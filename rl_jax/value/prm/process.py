@@ -1,0 +1,229 @@
+"""`config.rl.process_reward`: step rewards for the RL batch, and the online PRM updates.
+
+    scorer = ProcessScorer.from_config(exp, sft_params)          # None for 'none'
+    batch, metrics = scorer.score(batch, rewards, policy_params)  # fills step_of, step_rewards
+
+* 'pav' (§5.1): a frozen PAV (`value.prm.model`, saved by `experiments.train_prm` in
+  `config.rl.process.prm_dir`) scores every prefix; the progress `Q̂(s_h, a_h) − Q̂(s_{h−1},
+  a_{h−1})` goes on step h's end token (steps as the PAV was trained: its prm.json delimiters). The estimator adds `alpha` × progress to the outcome
+  advantage (`rl.process_rewards.pav`).
+* 'prime' (§5.2, public code): an implicit PRM `π_φ` (a policy-shaped LM initialised from the SFT
+  policy) against the frozen SFT reference; every token is a step with the raw log-ratio
+  `log π_φ − log π_ref`. After the rewards are computed (`update=after`), π_φ takes one step of
+  `BCE(σ(β Σ_t log π_φ/π_ref), r)` (AdamW at `prm_lr`, grad clip `prm_grad_clip`).
+* 'oprl' (§5.3, iStar public code): the same implicit PRM against the policy that sampled the
+  batch (π_old); token rewards `β (log π_φ − log π_old)` summed per step; then one step of the
+  pairwise loss over (success, failure) pairs of each group.
+
+The online PRM of 'prime' / 'oprl' (parameters and AdamW state) is checkpointed beside the
+policy, in WORKDIR/checkpoints/rl_prm at the steps of the RL checkpoints and written just before
+each of them, so a resumed run restores the PRM of the step it resumes from and continues as the
+uninterrupted run does (tests/value/test_process_resume.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from rl_jax import models
+from rl_jax.rl import logprobs
+from rl_jax.rl import process_rewards as pr
+from rl_jax.train_state import TrainState
+from rl_jax.value.prm import model as prm_lib
+from rl_jax.value.prm import pav as pav_lib
+from rl_jax.value.prm import segments as steps_lib
+
+_log = logging.getLogger(__name__)
+
+PROCESS_REWARDS = ("none", "pav", "prime", "oprl")
+NORMS = ("batch", "none")
+BASELINES = ("rloo", "mean")
+
+
+def check_config(config) -> None:
+  """Raises ValueError naming the field for bad `config.rl.process_reward` options."""
+  rl = config.rl
+  kind = rl.process_reward
+  if kind not in PROCESS_REWARDS:
+    raise ValueError(f"config.rl.process_reward={kind!r}; expected one of {PROCESS_REWARDS}")
+  if kind == "none":
+    return
+  if rl.max_group_size:
+    raise ValueError(f"config.rl.process_reward={kind!r} with max_group_size="
+                     f"{rl.max_group_size}; process rewards need the dense B x G batch "
+                     "(max_group_size=0): ragged batches (allocators, V0.5) carry no step rewards")
+  c = rl.process
+  if kind == "pav":
+    if not (isinstance(c.alpha, (int, float)) and math.isfinite(c.alpha) and c.alpha >= 0):
+      raise ValueError(f"config.rl.process.alpha={c.alpha!r}: process_reward='pav' needs alpha, "
+                       "a finite number >= 0 (no default: ALGORITHMS.md §5.1)")
+    if not c.prm_dir:
+      raise ValueError("config.rl.process.prm_dir is empty; process_reward='pav' needs a PRM "
+                       "directory written by experiments.train_prm")
+  if not c.beta > 0:
+    raise ValueError(f"config.rl.process.beta={c.beta!r}: expected a number > 0")
+  if not c.prm_lr > 0 or not c.prm_grad_clip >= 0:
+    raise ValueError(f"config.rl.process.prm_lr={c.prm_lr!r} / prm_grad_clip="
+                     f"{c.prm_grad_clip!r}: expected lr > 0 and clip >= 0")
+  if c.norm not in NORMS:
+    raise ValueError(f"config.rl.process.norm={c.norm!r}; expected one of {NORMS}")
+  if c.oprl_baseline not in BASELINES:
+    raise ValueError(f"config.rl.process.oprl_baseline={c.oprl_baseline!r}; expected one of "
+                     f"{BASELINES}")
+  if c.max_steps < 1:
+    raise ValueError(f"config.rl.process.max_steps={c.max_steps}: expected an integer >= 1")
+  if kind in ("pav", "oprl") and rl.advantage in ("reinforce_pp", "reinforce_pp_baseline",
+                                                   "gdpo_verl", "gdpo"):
+    raise ValueError(f"config.rl.process_reward={kind!r} adds to a per-row outcome advantage; "
+                     f"config.rl.advantage={rl.advantage!r} is not one")
+
+
+def estimator_options(config) -> tuple:
+  """The sorted (key, value) options of the registered process estimator (`RLHyper`)."""
+  c, kind = config.rl.process, config.rl.process_reward
+  opts = {"none": {}, "pav": {"alpha": float(c.alpha)}, "prime": {"norm": c.norm},
+          "oprl": {"weight": float(c.oprl_weight), "baseline": c.oprl_baseline}}[kind]
+  return tuple(sorted(opts.items()))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _logp(params, prompt, prompt_mask, tokens, mask, *, cfg):
+  return logprobs.completion_logprobs(cfg, params, prompt, prompt_mask, tokens, mask)
+
+
+def _prime_loss(params, ref_logp, batch, outcome, valid, *, cfg, beta):
+  logp = logprobs.completion_logprobs(cfg, params, *batch)
+  ratio = jnp.sum(jnp.where(batch[3], logp - ref_logp, 0.0), -1)
+  return pr.prime_prm_loss(ratio, outcome, valid, beta)
+
+
+def _oprl_loss(params, old_logp, batch, step_of, outcome, valid, *, cfg, beta, group, h):
+  logp = logprobs.completion_logprobs(cfg, params, *batch)
+  mask = batch[3]
+  sums = pr.step_sums(logp - old_logp, step_of, mask)[..., :h]
+  present = jnp.any(jax.nn.one_hot(step_of, h, dtype=bool) & mask[..., None], axis=-2)
+  r = lambda x: x.reshape((-1, group) + x.shape[1:])
+  return pr.oprl_prm_loss(r(sums), r(present), r(outcome), r(valid), beta)
+
+
+@functools.partial(jax.jit, static_argnames=("loss", "cfg", "beta", "group", "h"))
+def _update(state: TrainState, *args, loss: str, cfg, beta: float, group: int = 1, h: int = 1):
+  fn = (functools.partial(_prime_loss, cfg=cfg, beta=beta) if loss == "prime" else
+        functools.partial(_oprl_loss, cfg=cfg, beta=beta, group=group, h=h))
+  value, grads = jax.value_and_grad(fn)(state.params, *args)
+  return state.apply_gradients(grads), value
+
+
+class ProcessScorer:
+  """Fills a batch's `step_of` / `step_rewards` for `config.rl.process_reward` (see the module
+  docstring) and updates the online PRM."""
+
+  def __init__(self, exp, sft_params: Any):
+    self.exp, self.config = exp, exp.config
+    self.kind = exp.config.rl.process_reward
+    self.ckpt = None  # the online PRM's Checkpointer (attach_checkpointer)
+    c = exp.config.rl.process
+    tok = exp.tokenizer
+    self.delims = (tuple(int(i) for i in c.step_token_ids)
+                   or steps_lib.delimiter_ids(tok, c.delimiter))
+    self.ignore = (tok.eos_id, tok.pad_id)
+    self.max_steps = c.max_steps
+    if self.kind == "pav":
+      self.spec, self.prm_params, _ = prm_lib.load(c.prm_dir)
+      self.delims = self.spec.delimiters  # the steps the PAV was trained on
+      if self.spec.model.vocab_size != exp.model_cfg.vocab_size:
+        raise ValueError(f"config.rl.process.prm_dir={c.prm_dir!r} holds a PRM of vocab_size "
+                         f"{self.spec.model.vocab_size}; the policy has "
+                         f"{exp.model_cfg.vocab_size}")
+    else:
+      tx = optax.chain(optax.clip_by_global_norm(c.prm_grad_clip) if c.prm_grad_clip else
+                       optax.identity(), optax.adamw(c.prm_lr, weight_decay=0.0))
+      self.ref = sft_params
+      self.state = TrainState.create(jax.tree_util.tree_map(jnp.array, sft_params), tx)
+
+  @property
+  def online(self) -> bool:
+    """Whether the PRM trains during RL ('prime', 'oprl'): then it is checkpointed."""
+    return self.kind != "pav"
+
+  def attach_checkpointer(self, ckpt, start: int) -> None:
+    """Checkpoints the online PRM with `ckpt` (a `rl_jax.checkpoint.Checkpointer`) from now on,
+    and restores the one saved at `start` when the RL phase resumes from step `start` > 0.
+
+    A resumed run whose PRM checkpoint at `start` is missing (a run from before the PRM was
+    checkpointed, or a deleted directory) logs a warning naming the directory and restarts the
+    PRM from the SFT policy.
+    """
+    self.ckpt = ckpt
+    if start <= 0:
+      return
+    if start not in ckpt.all_steps():
+      _log.warning("no online PRM checkpoint for step %d in %s (steps there: %s): the PRM "
+                   "restarts from the SFT policy, so this run no longer equals an "
+                   "uninterrupted one", start, ckpt.directory, ckpt.all_steps())
+      return
+    self.state, _ = ckpt.restore(start, self.state)
+
+  def save(self, step: int) -> None:
+    """Writes the online PRM's state at `step` (called just before the RL checkpoint)."""
+    self.ckpt.maybe_save(step, self.state, {"phase": "rl_prm", "kind": self.kind}, force=True)
+
+  def close(self) -> None:
+    if self.ckpt is not None:
+      self.ckpt.close()
+
+  @classmethod
+  def from_config(cls, exp, sft_params):
+    return None if exp.config.rl.process_reward == "none" else cls(exp, sft_params)
+
+  def _segment(self, batch):
+    return steps_lib.segment(batch.tokens, batch.mask, self.delims, max_steps=self.max_steps,
+                             ignore_ids=self.ignore, eos_id=self.exp.tokenizer.eos_id)
+
+  def score(self, batch, rewards: np.ndarray, policy_params: Any):
+    """(batch with step_of / step_rewards, host metrics); updates the online PRM after."""
+    seqs = (batch.prompt_tokens, batch.prompt_mask, batch.tokens, batch.mask)
+    cfg = self.exp.model_cfg
+    c = self.config.rl.process
+    r = np.asarray(rewards, np.float32)
+    r = r if r.ndim == 1 else r @ (np.asarray(self.config.rl.reward_weights, np.float32)
+                                   if self.config.rl.reward_weights else np.ones(r.shape[1]))
+    valid = np.asarray(batch.valid)
+    if self.kind == "pav":
+      segs = self._segment(batch)
+      vals = prm_lib.predict(self.prm_params, *seqs, cfg=self.spec.model)
+      v0, q = steps_lib.gather_steps(vals, segs)
+      prog = pav_lib.progress(v0, q, segs.step_mask)
+      sr = np.zeros(batch.tokens.shape, np.float32)
+      rows = np.broadcast_to(np.arange(len(sr))[:, None], prog.shape)
+      sm = np.asarray(segs.step_mask)
+      sr[rows[sm], np.asarray(segs.end_pos)[sm]] = np.asarray(prog)[sm]
+      out = batch.replace(step_of=np.asarray(segs.step_of), step_rewards=sr)
+      return out, {"process/progress_abs": float(np.abs(np.asarray(prog)[sm]).mean()),
+                   "process/v0_mean": float(np.asarray(v0).mean())}
+    logp = _logp(self.state.params, *seqs, cfg=cfg)
+    m = np.asarray(batch.mask)
+    if self.kind == "prime":
+      ref = _logp(self.ref, *seqs, cfg=cfg)
+      ratio = np.where(m, np.asarray(logp - ref), 0.0).astype(np.float32)
+      step_of = np.broadcast_to(np.arange(m.shape[1], dtype=np.int32), m.shape).copy()
+      self.state, loss = _update(self.state, ref, seqs, r, valid, loss="prime", cfg=cfg,
+                                 beta=float(c.beta))
+    else:
+      old = _logp(policy_params, *seqs, cfg=cfg)
+      ratio = np.where(m, float(c.beta) * np.asarray(logp - old), 0.0).astype(np.float32)
+      step_of = np.asarray(self._segment(batch).step_of)
+      self.state, loss = _update(self.state, old, seqs, step_of, r, valid, loss="oprl", cfg=cfg,
+                                 beta=float(c.beta), group=self.config.rl.group_size,
+                                 h=self.max_steps)
+    out = batch.replace(step_of=step_of, step_rewards=ratio)
+    return out, {"process/prm_loss": float(loss),
+                 "process/reward_abs": float(np.abs(ratio[m]).mean()) if m.any() else 0.0}

@@ -1,0 +1,68 @@
+"""A run directory (a work dir): where each file of a run lives, and the run's stored config.
+
+    WORKDIR/
+      run_config.json          the run's config (`save_config` / `load_config`)
+      summary.json             the finished run's summary (train/loop.py)
+      evals.json               finished evaluations, kept across restarts (train/loop.py)
+      metrics.jsonl, tb/       metrics (rl_jax.metrics.MetricsWriter)
+      history.jsonl            the RL phase's rollout history (value.history), written at its end
+      checkpoints/<phase>/     orbax checkpoints of a phase: sft, rl, sft_more, rl_prm
+      eval/                    post-run evaluations (evals/runner.py)
+
+The names never change: experiments.eval / export, train_value, init_from and resumed runs read
+the files of runs made earlier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import ml_collections
+
+RUN_CONFIG_FILE = "run_config.json"
+SUMMARY_FILE = "summary.json"
+EVALS_FILE = "evals.json"
+METRICS_FILE = "metrics.jsonl"
+HISTORY_FILE = "history.jsonl"
+CHECKPOINTS_DIR = "checkpoints"
+EVAL_DIR = "eval"
+
+
+def checkpoint_dir(workdir: str, phase: str) -> str:
+  """Where a run keeps the checkpoints of `phase` (`config.init_from` reads the 'sft' ones)."""
+  return os.path.join(workdir, CHECKPOINTS_DIR, phase)
+
+
+def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Writes `config` to `WORKDIR/run_config.json` (what `load_config` reads)."""
+  os.makedirs(workdir, exist_ok=True)
+  tmp = os.path.join(workdir, RUN_CONFIG_FILE + ".tmp")
+  with open(tmp, "w") as f:
+    f.write(config.to_json(indent=1, sort_keys=True))
+  os.replace(tmp, os.path.join(workdir, RUN_CONFIG_FILE))
+
+
+def _tuples(x: Any) -> Any:
+  if isinstance(x, dict):
+    return {k: _tuples(v) for k, v in x.items()}
+  if isinstance(x, list):  # configs hold tuples; JSON turned them into lists
+    return tuple(_tuples(v) for v in x)
+  return x
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+  """The config a run stored in `WORKDIR/run_config.json`.
+
+  Raises:
+    FileNotFoundError: the file is missing (runs made before it existed: pass the run's
+      `--config` and overrides instead).
+  """
+  path = os.path.join(workdir, RUN_CONFIG_FILE)
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{path} does not exist; expected the run_config.json that "
+                            "experiments.run writes into its work dir (for an older run pass its "
+                            "--config=FILE[:variant] and --config.* overrides)")
+  with open(path) as f:
+    return ml_collections.ConfigDict(_tuples(json.load(f)))
