@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import ml_collections
@@ -62,6 +62,14 @@ class Experiment:
   def rollout_strategy(self) -> sampling.Sampling:
     s = self.config.sampling
     return sampling.Sampling(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
+
+  def sampler_kwargs(self, strategy: Optional[sampling.Sampling] = None) -> dict:
+    """The keyword arguments every sampler takes from the run: model config, strategy (default
+    the rollout's), max_new_tokens, eos_id, pad_id."""
+    return dict(cfg=self.model_cfg,
+                strategy=self.rollout_strategy if strategy is None else strategy,
+                max_new_tokens=self.max_new_tokens, eos_id=self.tokenizer.eos_id,
+                pad_id=self.tokenizer.pad_id)
 
   @functools.cached_property
   def reward_scorer(self) -> contained.ContainedScorer:

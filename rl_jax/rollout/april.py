@@ -155,8 +155,7 @@ def april_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
   out = parallel.to_host(partial.partial_generate(
       ctx.params, exp.train_prompts[rows], exp.train_prompt_mask[rows], ext(carry.tokens, 0),
       ext(carry.mask, False), ext(carry.logp, 0.0), ext(carry.done, False), key,
-      cfg=exp.model_cfg, strategy=exp.rollout_strategy, max_new_tokens=t,
-      eos_id=exp.tokenizer.eos_id, pad_id=exp.tokenizer.pad_id, group_size=g, target_groups=b))
+      group_size=g, target_groups=b, **exp.sampler_kwargs()))
   tokens, mask, logp, new, done = (np.asarray(x) for x in (out.tokens, out.mask, out.logp,
                                                            out.new, out.done))
   version = versions(ext(carry.version, -1), new, mask, step)

@@ -105,13 +105,6 @@ def score(exp, tokens, mask, example_ids) -> tuple[np.ndarray, dict]:
   return parallel.gather_chunks(local, n), counts
 
 
-def sampler_kwargs(exp) -> dict:
-  """The keyword arguments every sampler takes from the run."""
-  return dict(cfg=exp.model_cfg, strategy=exp.rollout_strategy,
-              max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
-              pad_id=exp.tokenizer.pad_id)
-
-
 def bucketed_rows(config, n: int) -> int:
   """The row count of a row-wise engine call for n rows (`requests.engine_rows`, at most R_max,
   never below n)."""
@@ -138,7 +131,7 @@ def iid_rows(ctx: StepContext, ids, counts, key, rows: Optional[int] = None) -> 
     sel, per = np.concatenate([rep, np.full(rows - n, rep[0] if n else 0, np.int64)]), 1
   out = parallel.to_host(generate(ctx.params, exp.train_prompts[sel],
                                   exp.train_prompt_mask[sel], key, num_samples=per,
-                                  **sampler_kwargs(exp)))
+                                  **exp.sampler_kwargs()))
   return {name: np.asarray(getattr(out, name))[:n] for name in FIELDS}
 
 
@@ -204,7 +197,7 @@ def latr_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
     tree = parallel.to_host(latr.latr_generate(
         ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids],
         jax.random.fold_in(key, 1), options=latr.LatrOptions.from_config(ctx.config),
-        num_slots=slots, budgets=np.asarray(k, np.int32), **sampler_kwargs(exp)))
+        num_slots=slots, budgets=np.asarray(k, np.int32), **exp.sampler_kwargs()))
     keep = requests_lib.block_rows(k, slots)
     blocks.append({name: np.asarray(getattr(tree, name))[keep] for name in FIELDS})
     decoded += int(tree.decode_tokens)
@@ -236,7 +229,7 @@ def eptree_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
   opts = eptree.EPTreeOptions.from_config(ctx.config)
   out = parallel.to_host(eptree.eptree_rollout(
       ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], key, options=opts,
-      **sampler_kwargs(exp)))
+      **exp.sampler_kwargs()))
   all_rewards, host = score(exp, out.tokens, out.mask, np.repeat(ids, opts.leaves))
   keep = eptree.select_leaves(all_rewards[:, 0], opts.leaves, counts, rng)
   tree = eptree.restrict(out.tree, keep)
@@ -255,7 +248,7 @@ def treepo_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
   gm = requests_lib.max_group_size(ctx.config)
   out = treepo.treepo_rollout(ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids],
                               key, options=treepo.TreePOOptions.from_config(ctx.config),
-                              group=gm, budgets=counts, **sampler_kwargs(exp))
+                              group=gm, budgets=counts, **exp.sampler_kwargs())
   keep = requests_lib.block_rows(counts, gm)
   fields = dict(tokens=out.tokens[keep], mask=out.mask[keep], logp=out.logp[keep],
                 tree=eptree.restrict(out.tree, keep))
@@ -272,7 +265,7 @@ def echo_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
   _uniform_only("echo", requests, g)
   out = parallel.to_host(echo.echo_generate(
       ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], key,
-      options=echo.EchoOptions.from_config(ctx.config), num_slots=g, **sampler_kwargs(exp)))
+      options=echo.EchoOptions.from_config(ctx.config), num_slots=g, **exp.sampler_kwargs()))
   rewards, counts = score(exp, out.tokens, out.mask, requests.row_prompts)
   fields = dict(tokens=np.asarray(out.tokens), mask=np.asarray(out.mask),
                 logp=np.asarray(out.logp), tree=echo.to_tree(out))
@@ -292,7 +285,7 @@ def arrol_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
   run = ctx.companion("arrol", "rollout='arrol'")
   out = parallel.to_host(arrol.arrol_generate(
       ctx.params, run.head.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], key,
-      options=run.options, **sampler_kwargs(exp)))
+      options=run.options, **exp.sampler_kwargs()))
   s = out.samples
   rewards, counts = score(exp, s.tokens, s.mask, requests.row_prompts)
   head_metrics = run.observe(out.features, rewards)

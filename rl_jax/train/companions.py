@@ -114,13 +114,12 @@ class History(Companion):
       self.history.to_jsonl(self.path)
 
 
-class V0(Companion):
-  """V0 in the run (`value.v0.run.RunV0`; config.value.v0, or 'v0' named as a prior): refreshed
-  from the history after every step, checkpointed, calibrated at every evaluation; the prior
-  registry's 'v0' entry reads it by name."""
+class _Holding(Companion):
+  """A companion whose state is one object `run` with its own `meta()` / `load_meta()`, which
+  the rollout boxes read by the companion's name."""
 
-  def __init__(self, run, history: History):
-    self.run, self.history = run, history
+  def __init__(self, run):
+    self.run = run
 
   def load_meta(self, meta):
     self.run.load_meta(meta)
@@ -130,6 +129,16 @@ class V0(Companion):
 
   def rollout_state(self):
     return self.run
+
+
+class V0(_Holding):
+  """V0 in the run (`value.v0.run.RunV0`; config.value.v0, or 'v0' named as a prior): refreshed
+  from the history after every step, checkpointed, calibrated at every evaluation; the prior
+  registry's 'v0' entry reads it by name."""
+
+  def __init__(self, run, history: History):
+    super().__init__(run)
+    self.history = history
 
   def after_step(self, params, step):
     return self.run.after_step(self.history.history, params, step)
@@ -156,21 +165,9 @@ class April(Companion):
     return self.carry
 
 
-class Arrol(Companion):
+class Arrol(_Holding):
   """ARRoL's online quality head and engine options (`value.quality_head.ArrolRun`), read by the
   'arrol' engine, which trains it on every round's survivors."""
-
-  def __init__(self, run):
-    self.run = run
-
-  def load_meta(self, meta):
-    self.run.load_meta(meta)
-
-  def meta(self):
-    return self.run.meta()
-
-  def rollout_state(self):
-    return self.run
 
 
 class Process(Companion):

@@ -70,9 +70,7 @@ def sample(exp, params, split: str, ids: Sequence[int], num_samples: int, key: j
     if k < batch_size and len(ids) > batch_size:
       chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - k)])
     out = sampling.generate(params, prompts[chunk], pmask[chunk], jax.random.fold_in(key, j),
-                            cfg=exp.model_cfg, strategy=strategy,
-                            max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
-                            pad_id=exp.tokenizer.pad_id, num_samples=num_samples)
+                            num_samples=num_samples, **exp.sampler_kwargs(strategy))
     toks.append(np.asarray(out.tokens)[:k * num_samples])
     masks.append(np.asarray(out.mask)[:k * num_samples])
   tokens, mask = np.concatenate(toks), np.concatenate(masks)
@@ -96,10 +94,8 @@ def sample_tree(exp, params, ids: Sequence[int], key: jax.Array, *, batch_size: 
   for j, start in enumerate(range(0, len(ids), batch_size)):
     chunk = ids[start:start + batch_size]
     out = eptree.eptree_rollout(params, exp.train_prompts[chunk], exp.train_prompt_mask[chunk],
-                                jax.random.fold_in(key, j), cfg=exp.model_cfg,
-                                strategy=exp.rollout_strategy, options=opts,
-                                max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
-                                pad_id=exp.tokenizer.pad_id)
+                                jax.random.fold_in(key, j), options=opts,
+                                **exp.sampler_kwargs())
     tokens, mask = np.asarray(out.tokens), np.asarray(out.mask)
     texts = decode_completions(exp.tokenizer, tokens, mask)
     rows = np.repeat(chunk, opts.leaves)

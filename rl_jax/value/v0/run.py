@@ -122,9 +122,7 @@ class RunV0:
     key = jax.random.fold_in(jax.random.fold_in(exp.root_key(), seeds.V0_CALIB), step)
     res = sampling.generate(
         models.cast_params(exp.model_cfg, params), exp.heldout_prompts[j],
-        exp.heldout_prompt_mask[j], key, cfg=exp.model_cfg, strategy=exp.rollout_strategy,
-        max_new_tokens=exp.max_new_tokens, eos_id=exp.tokenizer.eos_id,
-        pad_id=exp.tokenizer.pad_id, num_samples=c.calib_samples)
+        exp.heldout_prompt_mask[j], key, num_samples=c.calib_samples, **exp.sampler_kwargs())
     res = parallel.to_host(res)
     from rl_jax.data.batching import decode_completions  # pylint: disable=import-outside-toplevel
     texts = decode_completions(exp.tokenizer, res.tokens, res.mask)
