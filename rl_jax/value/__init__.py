@@ -1,1 +1,1 @@
-"""Scalar-head models and their training: V0, V0.5, PRMs, and the rollout history they learn from."""
+"""Scalar-head models and what they learn from: priors, V0 (v0/), PRMs (prm/), history."""
