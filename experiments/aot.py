@@ -15,6 +15,7 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
+from experiments import cli
 from rl_jax.train import aot
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
@@ -28,9 +29,9 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  for line in aot.compile_phases(_CONFIG.value, _TOPOLOGY.value, _PHASES.value):
+  for line in aot.compile_phases(cli.config_value(_CONFIG), _TOPOLOGY.value, _PHASES.value):
     print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -99,6 +99,7 @@ def test_stops_and_errors_become_exit_statuses(monkeypatch, capsys, error, statu
   monkeypatch.setattr(run_cli, "_CONFIG", type("C", (), {"value": None})())
   monkeypatch.setattr(run_cli, "_WORKDIR", type("W", (), {"value": "unused"})())
   for name, value in (("_DISTRIBUTED", False), ("_COORDINATOR", None), ("_NUM_PROCESSES", None),
+                      ("_PRINT_CONFIG", False),
                       ("_PROCESS_ID", None)):  # Single process: no jax.distributed.
     monkeypatch.setattr(run_cli, name, type("F", (), {"value": value})())
   with pytest.raises(SystemExit) as info:

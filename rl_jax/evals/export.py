@@ -45,4 +45,5 @@ def export_run(config: ml_collections.ConfigDict, workdir: str, out: str, *,
     sp_model = os.path.join(workdir, "tokenizer", tokenizers.MODEL_FILE)
     if os.path.isfile(sp_model):
       shutil.copyfile(sp_model, os.path.join(out, tokenizers.MODEL_FILE))
-  return {"out": out, "phase": phase, "files": sorted(os.listdir(out))}
+  return {"out": out, "phase": phase, **runner.progress_note(config, workdir, phase),
+          "files": sorted(os.listdir(out))}

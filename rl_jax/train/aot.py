@@ -90,11 +90,14 @@ def topology_mesh(topology: str, shape: Sequence[int]) -> jax.sharding.Mesh:
   """A ('data', 'fsdp', 'tensor') mesh over all devices of `topology` (one entry may be -1).
 
   Devices are laid out by `mesh_utils.create_device_mesh` (neighbouring chips on the fastest
-  axes). Raises ValueError when the shape does not use exactly the topology's devices.
+  axes). The one-device default (1, 1, 1) is spread over all chips on 'fsdp' ((1, -1, 1)).
+  Raises ValueError when the shape does not use exactly the topology's devices.
   """
   devices = topology_devices(topology)
   n = len(devices)
   shape = list(shape)
+  if shape == [1, 1, 1] and n > 1:  # A config written for one device: shard it fully.
+    shape = [1, -1, 1]
   if len(shape) != len(parallel.AXES):
     raise ValueError(f"config.mesh.shape={tuple(shape)} must have {len(parallel.AXES)} entries "
                      f"for axes {parallel.AXES}")

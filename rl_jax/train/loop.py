@@ -28,7 +28,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from rl_jax import compile_cache, data, models, parallel, sampling
+from rl_jax import compile_cache, data, fingerprint, models, parallel, sampling
 from rl_jax.data import ladder
 from rl_jax.evals import runner as eval_runner
 from rl_jax.metrics import MetricsWriter, plot_curves
@@ -47,7 +47,11 @@ class _Store:
     self.values = {}
     if os.path.exists(path):
       with open(path) as f:
-        self.values = json.load(f)
+        try:
+          self.values = json.load(f)
+        except ValueError as e:
+          raise ValueError(f"{path} is not valid JSON ({e}); delete it to recompute the "
+                           "evaluations it held") from None
 
   def get(self, key, compute):
     if key not in self.values:
@@ -212,13 +216,28 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   Turns on the persistent compilation cache at `config.compile_cache_dir` ('' = off) first.
   SIGTERM and SIGINT stop it at the next step boundary with a checkpoint of that step
   (`signals.Preempted`); re-running resumes. Raises `config_check.ConfigError` for an
-  out-of-range config field before anything runs.
+  out-of-range config field or a bad work dir before anything runs, and
+  `fingerprint.ConfigMismatch` when `workdir` holds a run of another configuration.
   """
   config_check.check(config)
+  config_check.check_workdir(workdir)
+  fingerprint.check(workdir, config, _stored_config(workdir))
   compile_cache.configure(config.compile_cache_dir, config.compile_cache_min_seconds,
                           config.compile_cache_max_gb)
   with signals.catch():
     return _run(config, workdir)
+
+
+def _stored_config(workdir: str):
+  """The run_config.json of a run made before config fingerprints existed (None if absent)."""
+  path = os.path.join(workdir, eval_runner.RUN_CONFIG_FILE)
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    try:
+      return json.load(f)
+    except ValueError as e:
+      raise ValueError(f"{path} is not valid JSON ({e})") from None
 
 
 def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -226,6 +245,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   primary = parallel.is_primary()
   os.makedirs(workdir, exist_ok=True)
   if primary:
+    fingerprint.record(workdir, config)  # The work dir's configuration (checked by `run`).
     eval_runner.save_config(config, workdir)  # experiments.eval / export rebuild the run from it
   if config.init_from and primary:
     init_from.prepare(config.init_from, workdir)

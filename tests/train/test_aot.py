@@ -64,6 +64,9 @@ def test_unknown_topology_and_bad_mesh_errors():
     next(aot.compile_phases(config, "v5e:2x2", ["decode_only"]))
   assert dict(aot.topology_mesh("v5e:2x2", (2, -1, 1)).shape) == {"data": 2, "fsdp": 2,
                                                                    "tensor": 1}
+  # A config's one-device default mesh is spread over the topology's chips on fsdp.
+  assert dict(aot.topology_mesh("v5e:2x2", (1, 1, 1)).shape) == {"data": 1, "fsdp": 4,
+                                                                  "tensor": 1}
 
 
 def test_chip_table():
