@@ -28,6 +28,7 @@ from ml_collections import config_flags
 
 from experiments import cli
 from rl_jax import parallel
+from rl_jax.rewards import contained
 from rl_jax.train import config_check, loop, phases, signals
 
 __doc__ += cli.configs_help()
@@ -68,7 +69,7 @@ def main(argv):
   except signals.Preempted as e:
     print(f"stopped: {e}", file=sys.stderr)
     sys.exit(128 + e.signum)
-  except (config_check.ConfigError, phases.NonFiniteError) as e:
+  except (config_check.ConfigError, phases.NonFiniteError, contained.RewardsFailedError) as e:
     if cli.debug():
       raise
     print(f"error: {e}", file=sys.stderr)

@@ -31,6 +31,7 @@ IGNORED = (
     "checkpoint.every",           # a resumed run reproduces the uninterrupted one
     "checkpoint.max_to_keep",
     "rl.reward_max_logged",       # how many reward errors are logged
+    "rl.reward_max_failed_steps",  # when broken rewards stop a run (a finished run is the same)
     "data.worker_count",          # grain reader processes / threads: same order of examples
     "data.read_threads",
     "aot.prompt_len",             # experiments.aot only

@@ -203,6 +203,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.reward_timeout": _real(0.0, lo_open=True),
     "rl.reward_isolation": _one_of(contained.ISOLATIONS),
     "rl.reward_max_logged": _int(0),
+    "rl.reward_max_failed_steps": _int(0),
     "rl.rows": _int(0),
     "rl.max_group_size": _int(0),
     "rl.success_threshold": _real(0.0, 1.0, hi_open=True),

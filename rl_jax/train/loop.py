@@ -31,7 +31,7 @@ import numpy as np
 from rl_jax import compile_cache, data, fingerprint, models, parallel, sampling
 from rl_jax.data import ladder
 from rl_jax.evals import runner as eval_runner
-from rl_jax.metrics import MetricsWriter, plot_curves
+from rl_jax.metrics import METRICS_FILE, MetricsWriter, plot_curves, read_metrics
 from rl_jax.train import config_check, evaluate, experiment, init_from, phases, planner, signals
 
 SUMMARY_FILE = "summary.json"
@@ -228,6 +228,18 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return _run(config, workdir)
 
 
+def _reward_faults(workdir: str) -> dict:
+  """`reward_errors` / `reward_timeouts`: reward calls of the RL phase that raised / ran past
+  their limit and scored 0 (from metrics.jsonl, whose records a resumed run does not repeat)."""
+  out = {"reward_errors": 0, "reward_timeouts": 0}
+  if not os.path.exists(os.path.join(workdir, METRICS_FILE)):
+    return out
+  for record in read_metrics(workdir):
+    out["reward_errors"] += int(record.get("reward/errors", 0))
+    out["reward_timeouts"] += int(record.get("reward/timeouts", 0))
+  return out
+
+
 def _stored_config(workdir: str):
   """The run_config.json of a run made before config fingerprints existed (None if absent)."""
   path = os.path.join(workdir, eval_runner.RUN_CONFIG_FILE)
@@ -292,6 +304,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       heldout_size=len(exp.task.heldout), seed=config.seed,
       sft_seed=experiment.sft_seed(config), init_from=config.init_from,
       evals={k: store.values[k] for k in ("sft", "rl", "sft_more") if k in store.values},
+      **_reward_faults(workdir),
   )
   summary["wall_seconds"] = time.time() - t_start + store.values.get("previous_wall_seconds", 0.0)
   store.set("previous_wall_seconds", summary["wall_seconds"])

@@ -29,7 +29,7 @@ from rl_jax.train import planner, ragged_trees, round_rules
 from rl_jax.types import Rollout
 
 # Host counts that `collect` sums over generation rounds (rl_jax.rewards.contained).
-COUNTS = ("reward/errors", "reward/timeouts")
+COUNTS = ("reward/errors", "reward/timeouts", "reward/calls")
 
 
 def overlong_shaping(rewards: np.ndarray, lengths: np.ndarray, max_len: int, buffer: int,
