@@ -309,7 +309,11 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   summary["wall_seconds"] = time.time() - t_start + store.values.get("previous_wall_seconds", 0.0)
   store.set("previous_wall_seconds", summary["wall_seconds"])
   if primary:
-    plot_curves(workdir)
+    # RL starts from the SFT policy: its greedy held-out accuracy is the RL curve's step 0.
+    start = {"heldout_accuracy": sft_eval["greedy"]["accuracy"]}
+    if "step_error_rate" in sft_eval["greedy"]:
+      start["heldout_step_error_rate"] = sft_eval["greedy"]["step_error_rate"]
+    plot_curves(workdir, starts={"rl": start})
     tmp = os.path.join(workdir, SUMMARY_FILE + ".tmp")
     with open(tmp, "w") as f:
       json.dump(summary, f, indent=1, sort_keys=True)
