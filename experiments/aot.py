@@ -5,7 +5,8 @@
 Prints one JSON line per phase (`rl_jax.train.aot` documents the phases and keys): per-device
 memory and whether it fits the chip's HBM, FLOPs and bytes from XLA's cost analysis, a roofline
 time. Needs libtpu (`pip install -e '.[tpu]'`). The mesh is `config.mesh.shape` over the
-topology's devices; override it with `--config.mesh.shape='(1,-1,1)'`.
+topology's devices (the one-device default (1, 1, 1) is spread over all chips on 'fsdp');
+override it with `--config.mesh.shape='(2,-1,1)'`.
 """
 
 from __future__ import annotations
