@@ -179,3 +179,17 @@ def test_unfinished_run_is_named_and_another_config_is_refused(finished_run, tmp
       cwd=ROOT, capture_output=True, text=True, check=False, timeout=300, env=env)
   assert out.returncode == 1 and len(out.stderr.splitlines()) == 1, out.stderr[-2000:]
   assert out.stderr.startswith("error: ") and "config.rl.kl_coef: 0.02 -> 0.0" in out.stderr
+
+
+def test_generation_config_of_a_copied_checkpoint_gets_the_runs_tokens(tmp_path):
+  """A Hugging Face checkpoint's own generation_config.json (SmolLM2's samples at T=0.2) becomes
+  greedy, stops at the run's EOS first (its end-of-turn token) and pads with the run's pad."""
+  import types  # pylint: disable=g-import-not-at-top
+  (tmp_path / "generation_config.json").write_text(json.dumps(
+      {"bos_token_id": 1, "eos_token_id": [2, 5], "do_sample": True, "temperature": 0.2,
+       "top_p": 0.9, "transformers_version": "4.42.3"}))
+  tok = types.SimpleNamespace(bos_id=1, eos_id=5, pad_id=7, has_bos=False)
+  export._write_generation_config(str(tmp_path), tok, 64)  # pylint: disable=protected-access
+  got = json.loads((tmp_path / "generation_config.json").read_text())
+  assert got == {"bos_token_id": 1, "eos_token_id": [5, 2], "pad_token_id": 7, "do_sample": False,
+                 "max_new_tokens": 64, "transformers_version": "4.42.3"}

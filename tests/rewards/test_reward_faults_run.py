@@ -30,6 +30,7 @@ def faulty_run(tmp_path_factory, smoke_config_factory):
   config.rl.reward_weights = (1.0, 0.0, 0.0)
   config.rl.reward_timeout = TIMEOUT
   config.control.enabled = False
+  config.eval.temperatures = ()
   workdir = str(tmp_path_factory.mktemp("faulty"))
   summary = loop.run(config, workdir)
   return config, workdir, summary
