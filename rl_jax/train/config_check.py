@@ -4,7 +4,10 @@
 is a flag error naming the field) and `experiments/run.py` refuses unknown fields. What remains
 is values of the right type but out of range (`rl.steps=-1`, `sampling.top_p=0`, a NaN learning
 rate): `check` raises `ConfigError` naming the field, the value and what was expected, instead of
-an error from deep inside JAX, numpy or orbax minutes later.
+an error from deep inside JAX, numpy or orbax minutes later. So do a name no registry holds
+(`rl.advantage='grpoo'`, with the closest name: `check_names`), model shapes that do not divide
+(`check_model`), a group-relative advantage over one-row groups, and a work dir that is a file or
+cannot be written (`check_workdir`).
 """
 
 from __future__ import annotations

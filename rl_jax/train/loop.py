@@ -2,7 +2,9 @@
 
     summary = run(config, workdir)
 
-writes `workdir/summary.json`, `run_config.json` (the config), `metrics.jsonl`, TensorBoard events (`tb/`), `curves.png` and
+writes `workdir/summary.json`, `run_config.json` (the config), `config_fingerprint.json` (the
+first run's results-affecting fields: a re-run with others is refused, `rl_jax.fingerprint`),
+`metrics.jsonl`, TensorBoard events (`tb/`), `curves.png` and
 orbax checkpoints (`checkpoints/<phase>/`). Every phase resumes from its latest checkpoint, and
 finished evaluations are kept in `evals.json`, so re-running the same command after a crash
 continues where it stopped.
