@@ -5,7 +5,8 @@
 Prints one JSON line per phase (`rl_jax.tools.aot` documents the phases and keys): per-device
 memory and whether it fits the chip's HBM, FLOPs and bytes from XLA's cost analysis, a roofline
 time. Needs libtpu (`pip install -e '.[tpu]'`). The mesh is `config.mesh.shape` over the
-topology's devices; override it with `--config.mesh.shape='(1,-1,1)'`.
+topology's devices (the one-device default (1, 1, 1) is spread over all chips on 'fsdp');
+override it with `--config.mesh.shape='(2,-1,1)'`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
+from experiments import cli
 from rl_jax.tools import aot
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
@@ -28,9 +30,9 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  for line in aot.compile_phases(_CONFIG.value, _TOPOLOGY.value, _PHASES.value):
+  for line in aot.compile_phases(cli.config_value(_CONFIG), _TOPOLOGY.value, _PHASES.value):
     print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

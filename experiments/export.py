@@ -15,7 +15,7 @@ import json
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from rl_jax import workdir as workdir_lib
+from experiments import cli
 from rl_jax.evals import export, runner
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -33,9 +33,12 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  config = _CONFIG.value or workdir_lib.load_config(_WORKDIR.value)
-  print(json.dumps(export.export_run(config, _WORKDIR.value, _OUT.value, phase=_PHASE.value)))
+  config = cli.run_config(_CONFIG, _WORKDIR.value)
+  result = export.export_run(config, _WORKDIR.value, _OUT.value, phase=_PHASE.value)
+  if "warning" in result:
+    cli.warn(result["warning"])
+  print(json.dumps(result))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -7,9 +7,15 @@ SLURM: nothing else; elsewhere also `--coordinator_address=HOST:PORT` of process
 `--num_processes=N` and `--process_id=I`). `config.mesh.shape` then spans the devices of all
 processes, `--workdir` must be shared by all of them, and only process 0 prints the summary.
 
+A work dir belongs to the configuration of its first run: re-running into it with other
+values of results-affecting fields is refused, naming them (rl_jax/fingerprint.py).
+`--print_config` prints the config's fields (overrides applied) and exits.
+
 Exit status: 0 when the run finished; 128 + the signal number (143 SIGTERM, 130 SIGINT) when a
-signal stopped it after writing a checkpoint (re-run the same command to resume); 1 with a
-one-line message for a config value out of range or too many non-finite steps in a row.
+signal stopped it after writing a checkpoint (re-run the same command to resume); 2 for a bad
+flag, config file or config field name, 1 for any other error (a config value out of range, a
+bad work dir, too many non-finite steps in a row), each as ONE line `error: ...` on stderr
+(`--debug` or RL_JAX_DEBUG=1 shows the traceback).
 """
 
 from __future__ import annotations
@@ -20,8 +26,12 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments import cli
 from rl_jax import parallel
+from rl_jax.rewards import contained
 from rl_jax.train import config_check, loop, phases, signals
+
+__doc__ += cli.configs_help()
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
                                           lock_config=True)
@@ -33,12 +43,20 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "HOST:PORT of process 0 (multi-process runs).")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0 .. N-1.")
-flags.mark_flags_as_required(["config", "workdir"])
+_PRINT_CONFIG = flags.DEFINE_bool("print_config", False,
+                                  "Print the config's fields (overrides applied) and exit.")
+flags.mark_flags_as_required(["config"])
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  config = cli.config_value(_CONFIG)
+  if _PRINT_CONFIG.value:
+    print(config)
+    return
+  if not _WORKDIR.value:
+    raise app.UsageError("--workdir is required (the run's directory)")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO.
   if _COORDINATOR.value and (_NUM_PROCESSES.value is None or _PROCESS_ID.value is None):
@@ -47,11 +65,13 @@ def main(argv):
   if _DISTRIBUTED.value or _COORDINATOR.value:
     parallel.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   try:
-    summary = loop.run(_CONFIG.value, _WORKDIR.value)
+    summary = loop.run(config, _WORKDIR.value)
   except signals.Preempted as e:
     print(f"stopped: {e}", file=sys.stderr)
     sys.exit(128 + e.signum)
-  except (config_check.ConfigError, phases.NonFiniteError) as e:
+  except (config_check.ConfigError, phases.NonFiniteError, contained.RewardsFailedError) as e:
+    if cli.debug():
+      raise
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
   if not parallel.is_primary():
@@ -60,4 +80,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

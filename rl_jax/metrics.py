@@ -145,18 +145,21 @@ def _series(records: list[dict], phase: str | None, key: str):
   return [s for s, _ in points], [v for _, v in points]
 
 
-def plot_curves(workdir: str | os.PathLike, out_png: str = "curves.png") -> str:
+def plot_curves(workdir: str | os.PathLike, out_png: str = "curves.png",
+                starts: Mapping[str, Mapping[str, float]] | None = None) -> str:
   """Plots training curves from `workdir/metrics.jsonl`; returns the PNG path.
 
   Panels, each drawn only when its metrics exist: RL train reward (`rl` /
   `reward_mean`), one held-out panel per phase (`heldout_accuracy`,
   `heldout_sampled_accuracy`, `heldout_step_error_rate` against that phase's own
-  steps), and SFT loss (`sft` / `loss`). A relative `out_png` is taken inside `workdir`. Uses
+  steps), and SFT loss (`sft` / `loss`). `starts`: {phase: {metric: value}} of a phase's step 0
+  (RL's is the SFT policy's evaluation), drawn at step 0 of that phase's held-out panel. A
+  relative `out_png` is taken inside `workdir`. Uses
   matplotlib's object API with the Agg canvas, so no GUI backend or global
   `matplotlib.use` is involved (safe in notebooks).
   """
   workdir = os.fspath(workdir)
-  panels = curve_panels(read_metrics(workdir))
+  panels = curve_panels(read_metrics(workdir), starts)
   fig = Figure(figsize=(5 * max(len(panels), 1), 3.6), layout="constrained")
   FigureCanvasAgg(fig)
   if not panels:
@@ -174,8 +177,10 @@ def plot_curves(workdir: str | os.PathLike, out_png: str = "curves.png") -> str:
   return out
 
 
-def curve_panels(records: list[dict]) -> list[tuple[str, str, list]]:
+def curve_panels(records: list[dict], starts: Mapping[str, Mapping[str, float]] | None = None
+                 ) -> list[tuple[str, str, list]]:
   """The panels `plot_curves` draws: (title, y label, [(label, steps, values), ...])."""
+  starts = starts or {}
   panels = []
   steps, values = _series(records, "rl", "reward_mean")
   if steps:
@@ -187,6 +192,9 @@ def curve_panels(records: list[dict]) -> list[tuple[str, str, list]]:
                       key=lambda p: (_PHASE_ORDER.get(p, len(_PHASE_ORDER)), p)):
     lines = [(key, *_series(records, phase, key)) for key in keys]
     lines = [line for line in lines if line[1]]
+    start = starts.get(phase, {})
+    lines = [(key, [0] + steps, [start[key]] + values) if key in start and steps[0] != 0
+             else (key, steps, values) for key, steps, values in lines]
     panels.append((f"Held-out, {phase} steps", "accuracy / rate", lines))
   steps, values = _series(records, "sft", "loss")
   if steps:
@@ -194,24 +202,54 @@ def curve_panels(records: list[dict]) -> list[tuple[str, str, list]]:
   return panels
 
 
+def _isatty(stream) -> bool:
+  try:
+    return stream.isatty()
+  except (AttributeError, ValueError):
+    return False
+
+
 class ProgressBar:
-  """A thin tqdm wrapper writing to stderr: `bar.update(1, loss=0.3)`."""
+  """Progress on stderr: `bar.update(1, loss=0.3)`.
+
+  On a terminal, a tqdm bar. Otherwise (a log file, a pipe, a notebook's captured stderr) one
+  plain line every `every` steps and at the last step (`rl 50/200 (25%) loss=0.31 12.3s`), so a
+  log holds a few lines instead of a carriage-return stream; `every` 0 = about 20 lines a phase.
+  """
 
   def __init__(self, total: int | None, desc: str = "", initial: int = 0,
-               disable: bool = False):
-    self._bar = tqdm.tqdm(total=total, desc=desc, initial=initial,
-                          file=sys.stderr, disable=disable, dynamic_ncols=True)
+               disable: bool = False, every: int = 0, stream=None):
+    stream = sys.stderr if stream is None else stream
+    self._lines = not disable and not _isatty(stream)
+    self._stream, self._desc, self._total, self._n = stream, desc, total, initial
+    self._every = every or max(1, (total or 20) // 20)
+    self._postfix: dict = {}
+    self._t0 = time.monotonic()
+    self._bar = None if self._lines else tqdm.tqdm(
+        total=total, desc=desc, initial=initial, file=stream, disable=disable,
+        dynamic_ncols=True)
 
   def update(self, n: int = 1, **postfix: Any) -> None:
     """Advances by `n` steps and shows `postfix` (numbers, arrays or strings)."""
-    if postfix:
-      shown = {k: v if isinstance(v, str) else f"{_scalar(k, v):.4g}"
-               for k, v in postfix.items()}
-      self._bar.set_postfix(shown, refresh=False)
-    self._bar.update(n)
+    shown = {k: v if isinstance(v, str) else f"{_scalar(k, v):.4g}" for k, v in postfix.items()}
+    if self._bar is not None:
+      if shown:
+        self._bar.set_postfix(shown, refresh=False)
+      self._bar.update(n)
+      return
+    if not self._lines:
+      return
+    before, self._n = self._n, self._n + n
+    self._postfix.update(shown)
+    if self._n // self._every > before // self._every or self._n == self._total:
+      total = f"/{self._total} ({100 * self._n / self._total:.0f}%)" if self._total else ""
+      extra = "".join(f" {k}={v}" for k, v in self._postfix.items())
+      print(f"{self._desc} {self._n}{total}{extra} {time.monotonic() - self._t0:.1f}s",
+            file=self._stream, flush=True)
 
   def close(self) -> None:
-    self._bar.close()
+    if self._bar is not None:
+      self._bar.close()
 
   def __enter__(self) -> ProgressBar:
     return self

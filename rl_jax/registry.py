@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 from typing import Callable, Dict, Iterable, TypeVar
 
 F = TypeVar("F", bound=Callable)
@@ -37,8 +38,10 @@ class Registry:
     try:
       return self._table[name]
     except KeyError:
+      close = difflib.get_close_matches(str(name), list(self._table), n=1)
+      hint = f"; did you mean {close[0]!r}?" if close else ""
       raise KeyError(
-          f"unknown {self.kind} {name!r}; expected one of {sorted(self._table)}"
+          f"unknown {self.kind} {name!r}; expected one of {sorted(self._table)}{hint}"
       ) from None
 
   def names(self) -> Iterable[str]:

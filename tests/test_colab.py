@@ -82,3 +82,41 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     assert sorted((r["variant"], r["seed"]) for r in runs) == [
         ("grpo", 0), ("grpo", 1), ("rloo", 0), ("rloo", 1)]
     assert all(len(r["curve"]) >= 2 and r["curve"][-1][1] > 0 for r in runs)
+
+
+def _cells(path, kind):
+  with open(path) as f:
+    return ["".join(c["source"]) for c in json.load(f)["cells"] if c["cell_type"] == kind]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_notebook_opens_in_colab_installs_itself_and_documents_its_settings(path):
+  """An 'Open in Colab' link to this notebook; the first code cell is the install cell with the
+  repository URL in one variable at its top; every RL_JAX_* variable it reads is documented."""
+  import re  # pylint: disable=g-import-not-at-top
+  name = os.path.basename(path)
+  intro = _cells(path, "markdown")[0]
+  assert "colab-badge.svg" in intro
+  assert re.search(r"https://colab\.research\.google\.com/github/[^)\s]+/blob/[^)\s]+/colab/"
+                   + re.escape(name), intro)
+  install = code_cells(path)[0]
+  settings = [l for l in install.splitlines() if l.strip() and not l.startswith("#")]
+  assert settings[0].startswith("REPO_URL = "), settings[:2]
+  docs = "\n".join(_cells(path, "markdown")) + install
+  for var in set(re.findall(r"RL_JAX_\w+", "\n".join(code_cells(path)))):
+    assert f"`{var}`" in docs or f"{var}:" in docs or f"variable {var}" in docs, (name, var)
+
+
+def test_install_cell_clones_the_repository_on_a_fresh_runtime(tmp_path, monkeypatch):
+  """The install cell run outside any clone with REPO_URL set (here: this checkout) clones it
+  and puts the clone on sys.path (rl_jax is importable already, so pip is not called)."""
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.delenv("RL_JAX_SOURCE", raising=False)
+  monkeypatch.setattr("sys.path", list(__import__("sys").path))
+  install = code_cells(os.path.join(ROOT, "colab", "quickstart.ipynb"))[0]
+  install = install.replace('REPO_URL = ""', f"REPO_URL = {ROOT!r}", 1)
+  namespace = {"__name__": "__notebook__"}
+  exec(compile(install, "install", "exec"), namespace)  # pylint: disable=exec-used
+  clone = str(tmp_path / "rl_jax")
+  assert namespace["SOURCE"] == clone and os.path.isfile(os.path.join(clone, "setup.py"))
+  assert clone in __import__("sys").path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 
@@ -106,6 +107,11 @@ def test_heldout_panels_are_per_phase(tmp_path):
   assert [label for label, _, _ in panels[1][2]] == ["heldout_accuracy",
                                                      "heldout_step_error_rate"]
   assert panels[1][2][0][1] == [1, 2]
+  # RL's step 0 (the SFT policy's accuracy) starts its curve.
+  started = metrics.curve_panels(metrics.read_metrics(tmp_path),
+                                 {"rl": {"heldout_accuracy": 0.25}})
+  assert started[1][2][0][1:] == ([0, 1, 2], [0.25, 0.5, 0.5])
+  assert started[1][2][1][1] == [1, 2]  # No start value for the step error rate.
   _assert_png(metrics.plot_curves(tmp_path))
 
 
@@ -130,13 +136,36 @@ def test_disabled_writer_writes_nothing(tmp_path):
   assert not workdir.exists()
 
 
-def test_progress_bar(capsys):
-  bar = metrics.ProgressBar(10, "rl", initial=2)
+class _Terminal(io.StringIO):
+
+  def isatty(self):
+    return True
+
+
+def test_progress_bar_on_a_terminal():
+  stream = _Terminal()
+  bar = metrics.ProgressBar(10, "rl", initial=2, stream=stream)
   bar.update(3, loss=np.float32(0.25), phase="rl")
   assert bar._bar.n == 5
   bar.close()
-  err = capsys.readouterr().err
-  assert "rl" in err and "loss=0.25" in err
+  assert "rl" in stream.getvalue() and "loss=0.25" in stream.getvalue()
   quiet = metrics.ProgressBar(10, "x", disable=True)
   quiet.update(1)
   quiet.close()
+
+
+def test_progress_off_a_terminal_is_a_few_plain_lines(capsys):
+  """In a log file: one line every `every` steps and at the end, no carriage returns."""
+  bar = metrics.ProgressBar(200, "rl")  # stderr under capsys is not a terminal.
+  for step in range(200):
+    bar.update(1, loss=0.5, reward_mean=step / 200)
+  bar.close()
+  err = capsys.readouterr().err
+  lines = err.splitlines()
+  assert "\r" not in err and len(lines) == 20
+  assert lines[0].startswith("rl 10/200 (5%) loss=0.5 reward_mean=0.045 ")
+  assert lines[-1].startswith("rl 200/200 (100%)")
+  short = metrics.ProgressBar(7, "sft", initial=3, every=2)
+  for _ in range(4):
+    short.update(1)
+  assert [l.split()[1] for l in capsys.readouterr().err.splitlines()] == ["4/7", "6/7", "7/7"]

@@ -24,15 +24,19 @@ ACCURACIES = ("sft_accuracy", "rl_accuracy", "sft_sampled_accuracy", "rl_sampled
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _cli(*args, timeout=300):
+def _cli(*args, timeout=300, env=None):
   return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=REPO,
-                        capture_output=True, text=True, timeout=timeout, check=False)
+                        capture_output=True, text=True, timeout=timeout, check=False, env=env)
 
 
 def test_smoke_run_writes_every_output(tmp_path):
   workdir = tmp_path / "run"
-  proc = _cli(SMOKE, f"--workdir={workdir}")
+  # As a user's shell has it: no JAX_PLATFORMS (the tests set cpu); libtpu (the [test] extra)
+  # must not print its start-up errors on this TPU-less machine.
+  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+  proc = _cli(SMOKE, f"--workdir={workdir}", env=env)
   assert proc.returncode == 0, proc.stderr[-4000:]
+  assert "TPU" not in proc.stderr and "libtpu" not in proc.stderr, proc.stderr[-4000:]
 
   with open(workdir / workdir_lib.SUMMARY_FILE) as f:
     summary = json.load(f)
@@ -100,6 +104,7 @@ def test_stops_and_errors_become_exit_statuses(monkeypatch, capsys, error, statu
   monkeypatch.setattr(run_cli, "_CONFIG", type("C", (), {"value": None})())
   monkeypatch.setattr(run_cli, "_WORKDIR", type("W", (), {"value": "unused"})())
   for name, value in (("_DISTRIBUTED", False), ("_COORDINATOR", None), ("_NUM_PROCESSES", None),
+                      ("_PRINT_CONFIG", False),
                       ("_PROCESS_ID", None)):  # Single process: no jax.distributed.
     monkeypatch.setattr(run_cli, name, type("F", (), {"value": value})())
   with pytest.raises(SystemExit) as info:

@@ -114,8 +114,12 @@ def base() -> ml_collections.ConfigDict:
       # Every reward call is contained (rl_jax/rewards/contained.py): past reward_timeout seconds
       # or on a raise it scores 0 and is counted (reward/timeouts, reward/errors); the first
       # reward_max_logged messages are logged. reward_isolation: 'thread' (a worker thread, the
-      # default), 'process' (a child process, killed on a timeout) or 'inline' (no time limit).
+      # default; after a first timeout calls run concurrently), 'process' (a child process,
+      # killed on a timeout) or 'inline' (no time limit).
       reward_timeout=10.0, reward_isolation="thread", reward_max_logged=5,
+      # Steps in a row whose every reward call failed (raised or timed out) that stop the run
+      # with an error (0 = never); summary.json counts reward_errors and reward_timeouts.
+      reward_max_failed_steps=3,
       kl_in_reward=False,  # kl_coef * k1 goes into the reward instead of the loss.
       num_minibatches=1,  # Gradient accumulation: micro-batches per update.
       # Log-prob passes run each group's shared prompt once (same loss, fewer FLOPs).

@@ -72,6 +72,28 @@ def resolve_phase(workdir: str, phase: str) -> str:
                           "initial weights)")
 
 
+def phase_progress(config: ml_collections.ConfigDict, workdir: str,
+                   phase: str) -> tuple[Optional[int], int]:
+  """(the step of `phase`'s latest checkpoint, the steps the config gives the phase); a phase
+  ('rl' / 'sft', after `resolve_phase`) whose step is below its steps is unfinished. 'init' and
+  the other phases: (0, 0)."""
+  if phase not in ("rl", "sft"):
+    return 0, 0
+  with Checkpointer(phases.checkpoint_dir(workdir, phase), save_every=1) as ckpt:
+    return ckpt.latest_step(), int(config[phase].steps)
+
+
+def progress_note(config: ml_collections.ConfigDict, workdir: str, phase: str) -> dict:
+  """{'step': S, 'steps': N} of the checkpoint a command reads, plus 'warning' when the run
+  stopped before its last step (evaluating or exporting an unfinished run)."""
+  step, steps = phase_progress(config, workdir, phase)
+  note = {"step": step, "steps": steps}
+  if step is not None and step < steps:
+    note["warning"] = (f"the run's {phase} phase is unfinished: read its checkpoint of step "
+                       f"{step} of {steps}")
+  return note
+
+
 def load_params(exp: experiment.Experiment, phase: str) -> Any:
   """The policy of `phase`: 'rl' / 'sft' (latest checkpoint), 'init' (the initial weights: the
   Hugging Face checkpoint of `config.model.path`, or the random initialization), 'final'."""
@@ -222,6 +244,7 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, dataset: st
   greedy, correct, keys = graded[:, 0], graded[:, 1:], [k[1:] for k in keys]
   result = {
       "dataset": eval_set.name, "phase": phase_name, "grader": eval_set.grader,
+      **progress_note(config, workdir, phase_name),
       "workdir_name": os.path.basename(os.path.normpath(workdir)),
       "ks": list(ks), "num_samples": num_samples, "temperature": temp, "max_new_tokens": t,
       "truncated_prompts": int(cut), "verify_timeouts": checker.timeouts,
@@ -248,7 +271,8 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, dataset: st
 def stdout_line(result: dict) -> dict:
   """The one-line summary `experiments.eval` prints: dataset, phase, n, greedy, pass@k, maj@k."""
   o = result["overall"]
-  line = {"dataset": result["dataset"], "phase": result["phase"], "n": o["n"],
+  line = {"dataset": result["dataset"], "phase": result["phase"], "step": result.get("step"),
+          "n": o["n"],
           "greedy": o["greedy"], "sampled": o["sampled"]}
   for k in result["ks"]:
     line[f"pass@{k}"] = o[f"pass@{k}"]

@@ -7,13 +7,15 @@ the step's metrics) and the first few messages are logged.
 Isolation modes (`config.rl.reward_isolation`):
 
 * 'thread' (the default): the batch's calls run one after another on a daemon worker thread while
-  the caller waits with a deadline for the call in progress. A call past `timeout` seconds is
-  abandoned (Python cannot stop a thread; a daemon thread does not keep the process alive) and a
-  fresh worker continues with the next call. One thread start per batch and no per-call
-  synchronization: the cost is a few microseconds per batch.
+  the caller waits with a deadline for the call in progress. One thread start per batch and no
+  per-call synchronization: the cost is a few microseconds per batch. A call past `timeout`
+  seconds is abandoned (Python cannot stop a thread; a daemon thread does not keep the process
+  alive); from then on (the rest of the batch and every later batch) each call runs on its own
+  daemon thread, up to MAX_CONCURRENT at once under one deadline, so a reward that hangs costs
+  about one time limit per batch, not one per call.
 * 'process': the calls run in a child process (spawned; the task and examples are pickled to
-  it). A call past its limit kills the child, which is restarted for the remaining calls: hard
-  isolation (a reward that never returns to the interpreter, or corrupts it, is stopped), at the
+  it). A call past its limit kills the child, which is restarted for the remaining calls (one
+  limit per hanging call: calls are not concurrent here): hard isolation (a reward that never returns to the interpreter, or corrupts it, is stopped), at the
   price of pickling every batch and a restart after each timeout.
 * 'inline': the calls run in the caller's thread; a raise still scores 0 but there is no time
   limit (for debugging, and the baseline of `benchmarks/faults.py --overhead`).
@@ -36,23 +38,69 @@ from rl_jax import _reward_worker
 from rl_jax.rewards import verifiers
 
 ISOLATIONS = ("thread", "process", "inline")
+MAX_CONCURRENT = 64  # Threads of one wave of concurrent calls ('thread' isolation).
 _STARTUP_SECONDS = 120.0
 _log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
 class ScoreStats:
-  """Counts of one `score` call: calls that raised and calls that ran past the time limit."""
+  """Counts of one `score` call: calls that raised, calls that ran past the time limit, and
+  all calls."""
 
   errors: int = 0
   timeouts: int = 0
+  calls: int = 0
 
   def as_metrics(self) -> dict:
-    """{'reward/errors': n, 'reward/timeouts': m}, the names the step's metrics use."""
-    return {"reward/errors": self.errors, "reward/timeouts": self.timeouts}
+    """{'reward/errors': n, 'reward/timeouts': m, 'reward/calls': c}, the names the step's
+    metrics use."""
+    return {"reward/errors": self.errors, "reward/timeouts": self.timeouts,
+            "reward/calls": self.calls}
+
+
+class RewardsFailedError(RuntimeError):
+  """Every reward call failed (raised or timed out) in `config.rl.reward_max_failed_steps`
+  steps in a row: the rewards are broken, not the completions."""
+
+
+class FailureStreak:
+  """Counts steps in a row whose every reward call failed; `update` raises RewardsFailedError
+  when they reach `limit` (0 = never). Steps without reward calls (SFT) are ignored."""
+
+  def __init__(self, limit: int):
+    self.limit = int(limit)
+    self.in_a_row = 0
+
+  @classmethod
+  def from_config(cls, config) -> "FailureStreak":
+    rl = getattr(config, "rl", None)
+    return cls(rl.get("reward_max_failed_steps", 0) if rl is not None else 0)
+
+  def update(self, phase: str, step: int, metrics: dict) -> None:
+    calls = metrics.get("reward/calls", 0)
+    if not calls:
+      return
+    errors, timeouts = metrics.get("reward/errors", 0), metrics.get("reward/timeouts", 0)
+    self.in_a_row = self.in_a_row + 1 if errors + timeouts >= calls else 0
+    if self.limit and self.in_a_row >= self.limit:
+      raise RewardsFailedError(
+          f"{phase} steps {step + 1 - self.in_a_row}-{step}: every reward call failed in "
+          f"{self.in_a_row} steps in a row (last step: {int(errors)} raised, {int(timeouts)} "
+          f"timed out of {int(calls)}; config.rl.reward_max_failed_steps={self.limit}); the log "
+          "holds the first messages (config.rl.reward_max_logged)")
 
 
 _describe = _reward_worker.describe
+
+
+def _call_one(fn, task, item, out):
+  """One call (concurrent mode's thread body): appends (value, error message or None)."""
+  _, completion, example = item
+  try:
+    out.append((float(fn(task, completion, example)), None))
+  except Exception as e:  # pylint: disable=broad-except
+    out.append((0.0, _describe(e)))
 
 
 def _call_all(fns, task, items, start, results, errors, progress):
@@ -95,6 +143,7 @@ class ContainedScorer:
     self.totals = ScoreStats()
     self._proc = None
     self._conn = None
+    self._concurrent = False  # 'thread': after a first timeout, calls run concurrently.
 
   # -- public -------------------------------------------------------------------------------
 
@@ -114,7 +163,8 @@ class ContainedScorer:
     run = {"thread": self._run_threads, "process": self._run_process,
            "inline": self._run_inline}[self.isolation]
     values, errors, timeouts = run(fns, items)
-    stats = ScoreStats(errors=sum(e is not None for e in errors), timeouts=len(timeouts))
+    stats = ScoreStats(errors=sum(e is not None for e in errors), timeouts=len(timeouts),
+                       calls=len(items))
     for i, message in enumerate(errors):
       if message is not None:
         self._log(f"reward {items[i][0]!r} raised on completion {items[i][1]!r}: {message}")
@@ -123,6 +173,7 @@ class ContainedScorer:
                 f"{items[i][1]!r}; scored 0")
     self.totals.errors += stats.errors
     self.totals.timeouts += stats.timeouts
+    self.totals.calls += stats.calls
     out = np.asarray(values, np.float32).reshape(len(rewards), len(completions)).T
     return np.ascontiguousarray(out), stats
 
@@ -157,27 +208,55 @@ class ContainedScorer:
     n = len(items)
     results, errors, timeouts = [0.0] * n, [None] * n, []
     start = 0
-    while start < n:
-      progress = [(start, time.monotonic()), False]  # See _call_all.
-      worker = threading.Thread(target=_call_all, daemon=True, name="reward-worker",
-                                args=(fns, self.task, items, start, results, errors, progress))
-      worker.start()
-      while True:
-        done, since = progress[0]
-        worker.join(max(0.0, since + self.timeout - time.monotonic()))
-        if not worker.is_alive():
-          start = n
-          break
-        if progress[0] == (done, since) and time.monotonic() - since >= self.timeout:
-          # Call `done` is still running past its limit: abandon this worker. Its result slots
-          # are not read again (a late write to results[done] is overwritten below).
-          progress[1] = True  # Abandoned: if its call ever returns, it stops there.
-          timeouts.append(done)
-          results, errors = list(results), list(errors)  # The abandoned worker keeps the old.
-          results[done], errors[done] = 0.0, None
-          start = done + 1
-          break
+    if not self._concurrent:
+      results, errors, start = self._run_sequential(fns, items, results, errors, timeouts)
+    if start < n:  # A call timed out (now or in an earlier batch): the rest run concurrently.
+      self._concurrent = True
+      self._run_concurrent(fns, items, range(start, n), results, errors, timeouts)
     return results, errors, timeouts
+
+  def _run_sequential(self, fns, items, results, errors, timeouts):
+    """All calls in order on one worker; returns (results, errors, n) or, at the first call past
+    its limit, (results, errors, the index after it) with that call counted in `timeouts`."""
+    n = len(items)
+    progress = [(0, time.monotonic()), False]  # See _call_all.
+    worker = threading.Thread(target=_call_all, daemon=True, name="reward-worker",
+                              args=(fns, self.task, items, 0, results, errors, progress))
+    worker.start()
+    while True:
+      done, since = progress[0]
+      worker.join(max(0.0, since + self.timeout - time.monotonic()))
+      if not worker.is_alive():
+        return results, errors, n
+      if progress[0] == (done, since) and time.monotonic() - since >= self.timeout:
+        # Call `done` is still running past its limit: abandon this worker. Its result slots
+        # are not read again (a late write to results[done] is overwritten below).
+        progress[1] = True  # Abandoned: if its call ever returns, it stops there.
+        timeouts.append(done)
+        results, errors = list(results), list(errors)  # The abandoned worker keeps the old.
+        results[done], errors[done] = 0.0, None
+        return results, errors, done + 1
+
+  def _run_concurrent(self, fns, items, indices, results, errors, timeouts):
+    """Each call of `indices` on its own daemon thread (at most MAX_CONCURRENT at once), all
+    with one deadline: a batch with hanging calls costs about one time limit per wave."""
+    indices = list(indices)
+    for w in range(0, len(indices), MAX_CONCURRENT):
+      wave = indices[w:w + MAX_CONCURRENT]
+      outs = [[] for _ in wave]
+      threads = [threading.Thread(target=_call_one, daemon=True, name="reward-call",
+                                  args=(fns[items[i][0]], self.task, items[i], out))
+                 for i, out in zip(wave, outs)]
+      for t in threads:
+        t.start()
+      deadline = time.monotonic() + self.timeout
+      for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+      for i, out in zip(wave, outs):
+        if out:  # Finished in time (a late finisher appends to a list no one reads again).
+          results[i], errors[i] = out[0]
+        else:
+          timeouts.append(i)
 
   def _start_process(self):
     ctx = multiprocessing.get_context("spawn")

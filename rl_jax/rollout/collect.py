@@ -37,12 +37,11 @@ import numpy as np
 from rl_jax import seeds
 from rl_jax.rollout import april, engines, planner
 from rl_jax.rollout import pool as pool_lib
-from rl_jax.rollout import requests as requests_lib
 from rl_jax.rollout import rules
 from rl_jax.rollout.requests import Requests, StepContext
 
 # Host counts that `collect` sums over generation rounds (rl_jax.rewards.contained).
-COUNTS = ("reward/errors", "reward/timeouts")
+COUNTS = ("reward/errors", "reward/timeouts", "reward/calls")
 
 
 def engine_name(config, round_idx: int) -> str:

@@ -44,19 +44,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import time
 from typing import Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from rl_jax import chips, models, parallel, sampling
 from rl_jax import experiment
 from rl_jax.rl import logprobs
 from rl_jax.sampling import engines
+from rl_jax.tools.topology import topology_mesh
 from rl_jax.train import rl_inputs
 from rl_jax.train import steps as steps_lib
 from rl_jax.train.hyper import hyper_from_config
@@ -64,53 +63,6 @@ from rl_jax.train_state import TrainState, make_optimizer
 from rl_jax.types import Rollout, SFTBatch
 
 PHASES = ("prefill", "generate", "ref_logprobs", "rl_step", "sft_step")
-
-
-def topology_devices(topology: str) -> list[jax.Device]:
-  """The devices of a TPU topology such as 'v5e:2x4' (needs libtpu; no TPU needed).
-
-  Raises:
-    ValueError: an unknown generation or a topology libtpu does not accept.
-  """
-  chips.chip_of_topology(topology)
-  # Compiling opens no chip, so several processes may load libtpu at once (libtpu otherwise
-  # holds a lock file for the process that drives the local TPU).
-  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
-  try:
-    desc = topologies.get_topology_desc(topology_name=topology, platform="tpu")
-  except jax.errors.JaxRuntimeError as e:
-    if "INVALID_ARGUMENT" not in str(e):
-      raise
-    raise ValueError(f"topology {topology!r} is not a TPU topology libtpu knows (e.g. 'v5e:2x2', "
-                     f"'v5e:2x4', 'v5p:2x2x1', 'v6e:2x4'): {e}") from e
-  return list(desc.devices)
-
-
-def topology_mesh(topology: str, shape: Sequence[int]) -> jax.sharding.Mesh:
-  """A ('data', 'fsdp', 'tensor') mesh over all devices of `topology` (one entry may be -1).
-
-  Devices are laid out by `mesh_utils.create_device_mesh` (neighbouring chips on the fastest
-  axes). Raises ValueError when the shape does not use exactly the topology's devices.
-  """
-  devices = topology_devices(topology)
-  n = len(devices)
-  shape = list(shape)
-  if len(shape) != len(parallel.AXES):
-    raise ValueError(f"config.mesh.shape={tuple(shape)} must have {len(parallel.AXES)} entries "
-                     f"for axes {parallel.AXES}")
-  known = math.prod(s for s in shape if s != -1)
-  if shape.count(-1) > 1 or known <= 0 or n % known or (-1 not in shape and known != n):
-    raise ValueError(f"config.mesh.shape={tuple(shape)} does not divide the {n} devices of "
-                     f"topology {topology!r}; expected a product of {n} (one entry may be -1)")
-  if -1 in shape:
-    shape[shape.index(-1)] = n // known
-  from jax.experimental import mesh_utils  # pylint: disable=g-import-not-at-top
-  try:
-    grid = mesh_utils.create_device_mesh(shape, devices)
-  except (ValueError, NotImplementedError, AssertionError):
-    grid = np.asarray(devices).reshape(shape)  # Shapes the physical layout rules do not cover.
-  return parallel.make_mesh(shape, list(grid.flat))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,23 +4,122 @@
 is a flag error naming the field) and `experiments/run.py` refuses unknown fields. What remains
 is values of the right type but out of range (`rl.steps=-1`, `sampling.top_p=0`, a NaN learning
 rate): `check` raises `ConfigError` naming the field, the value and what was expected, instead of
-an error from deep inside JAX, numpy or orbax minutes later.
+an error from deep inside JAX, numpy or orbax minutes later. So do a name no registry holds
+(`rl.advantage='grpoo'`, with the closest name: `check_names`), model shapes that do not divide
+(`check_model`), a group-relative advantage over one-row groups, and a work dir that is a file or
+cannot be written (`check_workdir`).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
+import os
 from typing import Any, Callable
 
 import ml_collections
 
+from rl_jax import rewards as rewards_lib
 from rl_jax.rewards import contained
+from rl_jax.rl import advantages, allocation, losses
+from rl_jax.rollout import checks as rollout_checks
+from rl_jax.rollout import engines as rollout_engines
+from rl_jax.rollout import rules
 from rl_jax.sampling import arrol, echo_rules, engines
+from rl_jax.value import priors
+from rl_jax.value.prm import process
 from rl_jax.value.v0 import model as v0_model
 
 
 class ConfigError(ValueError):
   """A config field holds a value out of its range (the message names it)."""
+
+
+def unknown_name(field: str, value: Any, names) -> str:
+  """`field='value': expected one of [...]; did you mean 'x'?` (the closest names, if any)."""
+  names = list(names)
+  msg = f"{field}={value!r}: expected one of {names}"
+  close = difflib.get_close_matches(str(value), [str(n) for n in names], n=1)
+  return f"{msg}; did you mean {close[0]!r}?" if close else msg
+
+
+def _registry_names() -> dict[str, tuple]:
+  """Field path -> the names it may hold, from each registry."""
+  priors_ = tuple(priors.PRIORS.names())
+  return {
+      "rl.advantage": tuple(advantages.ADVANTAGES.names()),
+      "rl.loss": tuple(losses.LOSSES.names()),
+      "rl.aggregation": tuple(losses.AGG_MODES),
+      "rl.kl_kind": ("k1", "k2", "k3", "abs", "kl", "mse", "low_var_kl"),
+      "rl.rollout": rollout_engines.rollout_modes(),
+      "sampling.engine": tuple(engines.ENGINES.names()),
+      "rl.allocator": tuple(allocation.ALLOCATORS.names()),
+      "rl.allocator_prior": ("",) + priors_,
+      "rl.v05.prior": priors_,
+      "rl.process_reward": tuple(process.PROCESS_REWARDS),
+      "rl.rewards": tuple(rewards_lib.REWARDS.names()),
+      "rl.round_rules": tuple(rules.ROUND_RULES.names()),
+      "rl.arrol.rule": tuple(arrol.KEEP_RULES.names()),
+      "value.v0.head": tuple(v0_model.HEADS.names()),
+      "rl.optim.schedule": ("constant", "cosine", "linear"),
+      "sft.optim.schedule": ("constant", "cosine", "linear"),
+      "tokenizer.kind": ("sentencepiece", "hf"),
+      "data.source": ("memory", "grain"),
+  }
+
+
+# Advantages that compare a row with the other rows of its group: one row per group gives 0.
+GROUP_RELATIVE = ("grpo", "drgrpo", "rloo", "opo", "grpo_passk", "mc_grpo", "gdpo", "gdpo_verl",
+                  "reinforce_pp_baseline", "v05")
+
+
+def check_names(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError for a registry name no registry holds (`rl.advantage='grpoo'`), naming
+  the field, the names it may hold and the closest one."""
+  for path, names in _registry_names().items():
+    value = _get(config, path)
+    if value is _MISSING:
+      continue
+    if isinstance(value, (tuple, list)):
+      for i, v in enumerate(value):
+        if v not in names:
+          raise ConfigError(unknown_name(f"config.{path}[{i}]", v, names))
+    elif value not in names:
+      raise ConfigError(unknown_name(f"config.{path}", value, names))
+
+
+def check_model(config: ml_collections.ConfigDict) -> None:
+  """Model shapes (a random-init model; a checkpoint's own config.json decides otherwise) and a
+  group-relative advantage over groups of one row."""
+  m = _get(config, "model")
+  if m is not _MISSING and not m.get("path") and "d_model" in m:
+    if m.d_model % m.n_heads:
+      raise ConfigError(f"config.model.d_model={m.d_model}, config.model.n_heads={m.n_heads}: "
+                        "expected d_model to be a multiple of n_heads")
+    if m.n_heads % m.n_kv_heads:
+      raise ConfigError(f"config.model.n_heads={m.n_heads}, config.model.n_kv_heads="
+                        f"{m.n_kv_heads}: expected n_heads to be a multiple of n_kv_heads")
+  rl = _get(config, "rl")
+  if (rl is not _MISSING and "group_size" in rl and rl.group_size == 1
+      and rl.get("advantage") in GROUP_RELATIVE and not rl.get("max_group_size")):
+    raise ConfigError(f"config.rl.group_size=1 with config.rl.advantage={rl.advantage!r}: a "
+                      "group-relative advantage is 0 for every row of a one-row group; expected "
+                      "group_size >= 2")
+
+
+def check_workdir(workdir: str) -> None:
+  """Raises ConfigError for a work dir that is a file, or that cannot be created or written."""
+  path = os.path.abspath(workdir)
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ConfigError(f"--workdir={workdir} is a file; expected a directory (or a new path)")
+  parent = path
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise ConfigError(f"--workdir={workdir}: {parent} is a file; expected a directory")
+  if not os.access(parent, os.W_OK | os.X_OK):
+    what = "is not writable" if parent == path else f"cannot be created ({parent} is read-only)"
+    raise ConfigError(f"--workdir={workdir} {what}")
 
 
 def _num(x: Any) -> bool:
@@ -107,6 +206,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.reward_timeout": _real(0.0, lo_open=True),
     "rl.reward_isolation": _one_of(contained.ISOLATIONS),
     "rl.reward_max_logged": _int(0),
+    "rl.reward_max_failed_steps": _int(0),
     "rl.rows": _int(0),
     "rl.max_group_size": _int(0),
     "rl.success_threshold": _real(0.0, 1.0, hi_open=True),
@@ -180,7 +280,10 @@ _MISSING = object()
 
 def check(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError for the first field out of its range (`RULES`), naming it as
-  `config.<path>`; also every entry of `eval.temperatures` must be a finite number >= 0."""
+  `config.<path>`; also every entry of `eval.temperatures` must be a finite number >= 0.
+  Registry names (`check_names`) and model shapes (`check_model`) are checked first."""
+  check_names(config)
+  check_model(config)
   for path, (ok, expected) in RULES.items():
     value = _get(config, path)
     if value is _MISSING:
@@ -199,13 +302,11 @@ def check(config: ml_collections.ConfigDict) -> None:
                       f"{v0.num_heads}: expected query_dim to be a multiple of num_heads")
   rl = _get(config, "rl")
   if rl is not _MISSING and "rewards" in rl:
-    from rl_jax.rollout import checks  # pylint: disable=g-import-not-at-top (a cycle otherwise)
     try:
-      checks.check_config(config)
+      rollout_checks.check_config(config)
     except ValueError as e:
       raise ConfigError(str(e)) from e
   if rl is not _MISSING and "process_reward" in rl:
-    from rl_jax.value.prm import process  # pylint: disable=g-import-not-at-top
     try:
       process.check_config(config)
     except ValueError as e:

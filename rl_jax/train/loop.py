@@ -2,7 +2,9 @@
 
     summary = run(config, workdir)
 
-writes `workdir/summary.json`, `run_config.json` (the config), `metrics.jsonl`, TensorBoard events (`tb/`), `curves.png` and
+writes `workdir/summary.json`, `run_config.json` (the config), `config_fingerprint.json` (the
+first run's results-affecting fields: a re-run with others is refused, `rl_jax.fingerprint`),
+`metrics.jsonl`, TensorBoard events (`tb/`), `curves.png` and
 orbax checkpoints (`checkpoints/<phase>/`). Every phase resumes from its latest checkpoint, and
 finished evaluations are kept in `evals.json`, so re-running the same command after a crash
 continues where it stopped.
@@ -28,10 +30,10 @@ import jax
 import ml_collections
 import numpy as np
 
-from rl_jax import compile_cache, data, experiment, models, parallel, sampling, seeds
+from rl_jax import compile_cache, data, experiment, fingerprint, models, parallel, sampling, seeds
 from rl_jax import workdir as workdir_lib
 from rl_jax.data import ladder
-from rl_jax.metrics import MetricsWriter, plot_curves
+from rl_jax.metrics import MetricsWriter, plot_curves, read_metrics
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.train import config_check, evaluate, init_from, phases, signals
 
@@ -45,7 +47,11 @@ class _Store:
     self.values = {}
     if os.path.exists(path):
       with open(path) as f:
-        self.values = json.load(f)
+        try:
+          self.values = json.load(f)
+        except ValueError as e:
+          raise ValueError(f"{path} is not valid JSON ({e}); delete it to recompute the "
+                           "evaluations it held") from None
 
   def get(self, key, compute):
     if key not in self.values:
@@ -210,13 +216,40 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   Turns on the persistent compilation cache at `config.compile_cache_dir` ('' = off) first.
   SIGTERM and SIGINT stop it at the next step boundary with a checkpoint of that step
   (`signals.Preempted`); re-running resumes. Raises `config_check.ConfigError` for an
-  out-of-range config field before anything runs.
+  out-of-range config field or a bad work dir before anything runs, and
+  `fingerprint.ConfigMismatch` when `workdir` holds a run of another configuration.
   """
   config_check.check(config)
+  config_check.check_workdir(workdir)
+  fingerprint.check(workdir, config, _stored_config(workdir))
   compile_cache.configure(config.compile_cache_dir, config.compile_cache_min_seconds,
                           config.compile_cache_max_gb)
   with signals.catch():
     return _run(config, workdir)
+
+
+def _reward_faults(workdir: str) -> dict:
+  """`reward_errors` / `reward_timeouts`: reward calls of the RL phase that raised / ran past
+  their limit and scored 0 (from metrics.jsonl, whose records a resumed run does not repeat)."""
+  out = {"reward_errors": 0, "reward_timeouts": 0}
+  if not os.path.exists(os.path.join(workdir, workdir_lib.METRICS_FILE)):
+    return out
+  for record in read_metrics(workdir):
+    out["reward_errors"] += int(record.get("reward/errors", 0))
+    out["reward_timeouts"] += int(record.get("reward/timeouts", 0))
+  return out
+
+
+def _stored_config(workdir: str):
+  """The run_config.json of a run made before config fingerprints existed (None if absent)."""
+  path = os.path.join(workdir, workdir_lib.RUN_CONFIG_FILE)
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    try:
+      return json.load(f)
+    except ValueError as e:
+      raise ValueError(f"{path} is not valid JSON ({e})") from None
 
 
 def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -224,6 +257,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   primary = parallel.is_primary()
   os.makedirs(workdir, exist_ok=True)
   if primary:
+    fingerprint.record(workdir, config)  # The work dir's configuration (checked by `run`).
     workdir_lib.save_config(config, workdir)  # experiments.eval / export rebuild the run from it
   if config.init_from and primary:
     init_from.prepare(config.init_from, workdir)
@@ -270,11 +304,16 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       heldout_size=len(exp.task.heldout), seed=config.seed,
       sft_seed=experiment.sft_seed(config), init_from=config.init_from,
       evals={k: store.values[k] for k in ("sft", "rl", "sft_more") if k in store.values},
+      **_reward_faults(workdir),
   )
   summary["wall_seconds"] = time.time() - t_start + store.values.get("previous_wall_seconds", 0.0)
   store.set("previous_wall_seconds", summary["wall_seconds"])
   if primary:
-    plot_curves(workdir)
+    # RL starts from the SFT policy: its greedy held-out accuracy is the RL curve's step 0.
+    start = {"heldout_accuracy": sft_eval["greedy"]["accuracy"]}
+    if "step_error_rate" in sft_eval["greedy"]:
+      start["heldout_step_error_rate"] = sft_eval["greedy"]["step_error_rate"]
+    plot_curves(workdir, starts={"rl": start})
     tmp = os.path.join(workdir, workdir_lib.SUMMARY_FILE + ".tmp")
     with open(tmp, "w") as f:
       json.dump(summary, f, indent=1, sort_keys=True)

@@ -23,6 +23,7 @@ from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import LengthBuckets
 from rl_jax.experiment import Experiment
 from rl_jax.metrics import MetricsWriter, ProgressBar
+from rl_jax.rewards import contained
 from rl_jax.rollout import checks, collect, pool
 from rl_jax.rollout.requests import StepContext
 from rl_jax.train import companions as companions_lib
@@ -121,13 +122,15 @@ def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step
 
   A step with `nonfinite` > 0 (not applied, `steps.finite_or_skip`) is logged;
   `config.max_nonfinite_in_a_row` of them in a row raise `NonFiniteError` before that step is
-  checkpointed. A SIGTERM / SIGINT (`signals.catch`) saves the step just finished and raises
+  checkpointed; so do `config.rl.reward_max_failed_steps` steps in a row whose every reward call
+  failed (`contained.RewardsFailedError`). A SIGTERM / SIGINT (`signals.catch`) saves the step just finished and raises
   `signals.Preempted`.
   """
   state, start, meta = state_and_meta
   seconds = float(meta.get("train_seconds", 0.0))
   in_a_row = int(meta.get("nonfinite_in_a_row", 0))
   limit = exp.config.max_nonfinite_in_a_row
+  reward_failures = contained.FailureStreak.from_config(exp.config)
   writer.truncate(phase, start)
   bar = ProgressBar(num_steps, desc=phase, initial=start,
                     disable=not exp.config.progress or not parallel.is_primary())
@@ -150,6 +153,7 @@ def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step
       metrics.update(eval_fn(state.params, step + 1))
     writer.write(step + 1, metrics, phase)
     bar.update(1, **{k: metrics[k] for k in ("loss", "reward_mean") if k in metrics})
+    reward_failures.update(phase, step + 1, metrics)
     if in_a_row >= limit:
       raise NonFiniteError(
           f"{phase} steps {step + 2 - in_a_row}-{step + 1}: {in_a_row} steps in a row had a "

@@ -14,7 +14,7 @@ from jax.sharding import SingleDeviceSharding
 from kernels.grouped_advantage import kernel as ga_kernel
 from kernels.logprob import common, kernel_gpu, kernel_tpu
 from kernels.logprob.block_sizes import tuned
-from rl_jax.tools import aot
+from rl_jax.tools import topology
 
 N, V = 512, 151936  # Qwen3's vocabulary: the last vocabulary block is partial.
 TRITON_CALL = "__gpu$xla.gpu.triton"
@@ -22,7 +22,7 @@ TRITON_CALL = "__gpu$xla.gpu.triton"
 
 @pytest.fixture(scope="module")
 def tpu_device():
-  return SingleDeviceSharding(aot.topology_devices("v5e:2x2")[0])
+  return SingleDeviceSharding(topology.topology_devices("v5e:2x2")[0])
 
 
 def _sds(shape, dtype, sharding=None):

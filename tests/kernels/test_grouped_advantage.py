@@ -115,12 +115,12 @@ def test_auto_lowers_to_the_kernel_for_tpu_and_to_xla_for_cpu():
   import jax  # pylint: disable=g-import-not-at-top
   from jax.sharding import SingleDeviceSharding  # pylint: disable=g-import-not-at-top
 
-  from rl_jax.tools import aot  # pylint: disable=g-import-not-at-top
+  from rl_jax.tools import topology  # pylint: disable=g-import-not-at-top
   grpo = jax.jit(advantages.get("grpo"))
   rewards, valid, _ = _batch()
   r, v = jnp.asarray(rewards.reshape(B, G)), jnp.asarray(valid.reshape(B, G))
   assert "custom_call" not in grpo.lower(r, v).as_text()
-  tpu = SingleDeviceSharding(aot.topology_devices("v5e:2x2")[0])
+  tpu = SingleDeviceSharding(topology.topology_devices("v5e:2x2")[0])
   args = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=tpu) for x in (r, v)]
   assert "tpu_custom_call" in grpo.trace(*args).lower().as_text()
 

@@ -34,3 +34,16 @@ def logged(task, completion, example):
   if completion == "slow":
     time.sleep(0.5)
   return 1.0
+
+
+def always_raises(task, completion, example):
+  """A broken reward: raises on every call."""
+  del task, completion, example
+  raise RuntimeError("this reward is broken")
+
+
+def always_hangs(task, completion, example):
+  """A hanging reward: sleeps SLEEP seconds on every call."""
+  del task, completion, example
+  time.sleep(SLEEP)
+  return 0.0

@@ -30,7 +30,7 @@ def test_thread_scorer_equals_plain_verifiers_on_good_rewards():
   want = rewards.score_components(None, texts, _EXAMPLES, ("exact_match", "format"))
   np.testing.assert_array_equal(got, want)
   assert got.dtype == np.float32 and got.shape == (4, 2)
-  assert stats.as_metrics() == {"reward/errors": 0, "reward/timeouts": 0}
+  assert stats.as_metrics() == {"reward/errors": 0, "reward/timeouts": 0, "reward/calls": 8}
 
 
 @pytest.mark.parametrize("isolation", ["thread", "inline"])
@@ -93,3 +93,30 @@ def test_bad_settings_are_named_errors():
     contained.ContainedScorer(None, timeout=0.0)
   with pytest.raises(KeyError, match="nope"):
     contained.ContainedScorer(None, timeout=1.0).score_components(["x"], _EXAMPLES[:1], ("nope",))
+
+
+def test_hanging_calls_run_concurrently_after_the_first_timeout():
+  """A reward that hangs on every call costs about one limit per batch, not one per call."""
+  if "test_always_hangs" not in rewards.REWARDS:
+    rewards.REWARDS.register("test_always_hangs")(_fault_rewards.always_hangs)
+  scorer = contained.ContainedScorer(None, timeout=0.2)
+  texts = [str(i) for i in range(16)]
+  t0 = time.monotonic()
+  got, stats = scorer.score_components(texts, [_EXAMPLES[0]] * 16, ("test_always_hangs",))
+  first = time.monotonic() - t0
+  t0 = time.monotonic()
+  _, again = scorer.score_components(texts, [_EXAMPLES[0]] * 16, ("test_always_hangs",))
+  second = time.monotonic() - t0
+  assert stats.timeouts == again.timeouts == 16 and not got.any()
+  assert first < 8 * 0.2 and second < 5 * 0.2, (first, second)  # Sequential: 16 x 0.2 s.
+
+
+def test_failure_streak_stops_after_n_steps_whose_every_call_failed():
+  streak = contained.FailureStreak(2)
+  streak.update("rl", 1, {"reward/calls": 4, "reward/errors": 4})
+  streak.update("rl", 2, {"reward/calls": 4, "reward/errors": 3})  # One call scored: reset.
+  streak.update("rl", 3, {"reward/calls": 4, "reward/errors": 2, "reward/timeouts": 2})
+  streak.update("sft", 3, {"loss": 1.0})  # No reward calls: not counted.
+  with pytest.raises(contained.RewardsFailedError, match=r"rl steps 3-4: every reward call "
+                     r"failed in 2 steps in a row \(last step: 4 raised, 0 timed out of 4"):
+    streak.update("rl", 4, {"reward/calls": 4, "reward/errors": 4})

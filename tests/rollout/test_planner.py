@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rl_jax import experiment
-from rl_jax.rollout import checks, collect, pool, rules
+from rl_jax.rollout import checks, collect, rules
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.rollout.requests import StepContext
 from rl_jax.train import phases, rl_inputs

@@ -13,7 +13,6 @@ import pytest
 
 from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.rl.advantages import tree  # noqa: F401  (registers the tree estimators)
 from rl_jax.rollout import checks, collect, engines, pool
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.rollout.requests import StepContext

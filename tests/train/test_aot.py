@@ -8,6 +8,7 @@ import pytest
 from experiments.configs import scale
 from rl_jax import chips
 from rl_jax.tools import aot
+from rl_jax.tools import topology
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +56,18 @@ def test_unknown_topology_and_bad_mesh_errors():
   with pytest.raises(ValueError, match="unknown TPU generation 'v9x'"):
     next(aot.compile_phases(config, "v9x:2x2"))
   with pytest.raises(ValueError, match="'v5e:3x7' is not a TPU topology libtpu knows"):
-    aot.topology_devices("v5e:3x7")
+    topology.topology_devices("v5e:3x7")
   with pytest.raises(ValueError, match=r"mesh.shape=\(3, 1, 1\) does not divide the 4 devices"):
-    aot.topology_mesh("v5e:2x2", (3, 1, 1))
+    topology.topology_mesh("v5e:2x2", (3, 1, 1))
   with pytest.raises(ValueError, match=r"mesh.shape=\(1, 2, 1\) does not divide the 4 devices"):
-    aot.topology_mesh("v5e:2x2", (1, 2, 1))  # Uses 2 of the 4 devices.
+    topology.topology_mesh("v5e:2x2", (1, 2, 1))  # Uses 2 of the 4 devices.
   with pytest.raises(ValueError, match="unknown phase"):
     next(aot.compile_phases(config, "v5e:2x2", ["decode_only"]))
-  assert dict(aot.topology_mesh("v5e:2x2", (2, -1, 1)).shape) == {"data": 2, "fsdp": 2,
+  assert dict(topology.topology_mesh("v5e:2x2", (2, -1, 1)).shape) == {"data": 2, "fsdp": 2,
                                                                    "tensor": 1}
+  # A config's one-device default mesh is spread over the topology's chips on fsdp.
+  assert dict(topology.topology_mesh("v5e:2x2", (1, 1, 1)).shape) == {"data": 1, "fsdp": 4,
+                                                                  "tensor": 1}
 
 
 def test_chip_table():
@@ -85,7 +89,7 @@ def test_train_state_holds_master_weights_in_master_dtype():
   config = scale.get_config("tiny")
   with config.unlocked():
     config.model.param_dtype = "bfloat16"
-  builder = aot._Builder(config, aot.topology_mesh("v5e:2x2", (1, -1, 1)))  # pylint: disable=protected-access
+  builder = aot._Builder(config, topology.topology_mesh("v5e:2x2", (1, -1, 1)))  # pylint: disable=protected-access
   sampler_dtypes = {x.dtype for x in jax.tree.leaves(builder.params)}
   assert sampler_dtypes == {jnp.dtype(jnp.bfloat16)}
   state, _ = builder._state(config.rl.optim, 1)  # pylint: disable=protected-access

@@ -33,7 +33,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl_jax import models
 from rl_jax.rl import logprobs
 from rl_jax.rl import process_rewards as pr
 from rl_jax.train_state import TrainState

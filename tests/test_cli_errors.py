@@ -1,0 +1,128 @@
+"""A user's mistakes end in ONE line on stderr, `error: ...`, before any compute (issue 34).
+
+The command line is run as a user meets it (a subprocess of `python -m experiments.run`) for a
+few cases; the config checks behind it are tested in-process over every registry-name field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rl_jax import fingerprint
+from rl_jax import workdir as workdir_lib
+from rl_jax.train import config_check, loop
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = "--config=experiments/configs/default.py:smoke"
+
+
+def _cli(*args, module="experiments.run", timeout=120, **env):
+  environ = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+  environ.update(env)
+  return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
+                        text=True, timeout=timeout, check=False, env=environ)
+
+
+def _one_error_line(proc) -> str:
+  lines = proc.stderr.splitlines()
+  assert proc.returncode != 0
+  assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-3000:]
+  return lines[0]
+
+
+@pytest.mark.parametrize("args, expected", [
+    pytest.param([SMOKE, "--config.rl.advantage=grpoo"],
+                 "config.rl.advantage='grpoo': expected one of [", id="registry_name"),
+    pytest.param([SMOKE, "--config.rl.stepz=3"],
+                 "--config.rl.stepz=3: the config has no field 'stepz'; did you mean 'steps'?",
+                 id="mistyped_field"),
+    pytest.param(["--config=experiments/configs/nope.py"], "no such file", id="missing_config"),
+])
+def test_a_users_mistake_is_one_line(tmp_path, args, expected):
+  t0 = time.monotonic()
+  proc = _cli(*args, f"--workdir={tmp_path / 'run'}")
+  line = _one_error_line(proc)
+  assert expected in line
+  assert time.monotonic() - t0 < 30
+  assert not (tmp_path / "run").exists()  # Failed before writing anything.
+  if "grpoo" in expected:
+    assert line.endswith("did you mean 'grpo'?")
+
+
+def test_workdir_that_is_a_file_and_the_debug_switch(tmp_path):
+  path = tmp_path / "a_file"
+  path.write_text("x")
+  line = _one_error_line(_cli(SMOKE, f"--workdir={path}"))
+  assert line == f"error: --workdir={path} is a file; expected a directory (or a new path)"
+  debug = _cli(SMOKE, f"--workdir={path}", RL_JAX_DEBUG="1")
+  assert debug.returncode != 0 and "Traceback (most recent call last)" in debug.stderr
+
+
+def _field_paths():
+  return sorted(config_check._registry_names())  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("path", _field_paths())
+def test_every_registry_name_is_checked(smoke_config, path):
+  *parents, leaf = path.split(".")
+  node = smoke_config
+  for p in parents:
+    node = node[p]
+  names = config_check._registry_names()[path]  # pylint: disable=protected-access
+  good = [n for n in names if n][0]
+  bad = good + "x"
+  node[leaf] = (bad,) if isinstance(node[leaf], tuple) else bad
+  with pytest.raises(config_check.ConfigError, match="expected one of") as info:
+    config_check.check(smoke_config)
+  assert f"did you mean {good!r}" in str(info.value) or "did you mean" in str(info.value)
+  assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("model.n_heads", 3, r"d_model=32, config.model.n_heads=3: expected d_model to be a multiple"),
+    ("rl.group_size", 1, r"group_size=1 with config.rl.advantage='grpo': a group-relative"),
+])
+def test_shape_and_group_checks(smoke_config, field, value, match):
+  section, leaf = field.split(".")
+  smoke_config[section][leaf] = value
+  with pytest.raises(config_check.ConfigError, match=match):
+    config_check.check(smoke_config)
+
+
+def test_corrupt_evals_json_is_named(tmp_path):
+  path = tmp_path / workdir_lib.EVALS_FILE
+  path.write_text("{not json")
+  with pytest.raises(ValueError, match=rf"{path} is not valid JSON"):
+    loop._Store(str(path))  # pylint: disable=protected-access
+
+
+def test_a_workdir_belongs_to_one_configuration(smoke_config_factory, tmp_path):
+  """The first run's results-affecting fields are recorded; a re-run with other values is
+  refused before anything runs, naming the fields; display-only fields may differ."""
+  first = smoke_config_factory()
+  fingerprint.record(str(tmp_path), first)
+  changed = smoke_config_factory()
+  changed.rl.optim.lr = 5e-4
+  changed.rl.kl_coef = 0.0
+  with pytest.raises(fingerprint.ConfigMismatch) as info:
+    loop.run(changed, str(tmp_path))
+  msg = str(info.value)
+  assert "config.rl.kl_coef: 0.02 -> 0.0" in msg and "config.rl.optim.lr: 0.0001 -> 0.0005" in msg
+  assert "\n" not in msg
+  assert sorted(os.listdir(tmp_path)) == [fingerprint.FINGERPRINT_FILE]  # Nothing else written.
+
+  allowed = smoke_config_factory()
+  allowed.progress = True
+  allowed.compile_cache_dir = str(tmp_path / "elsewhere")
+  allowed.interrupt_at = "rl:2"
+  fingerprint.check(str(tmp_path), allowed)  # No error.
+  # A run made before fingerprints existed is checked against its run_config.json.
+  legacy = json.loads(first.to_json())
+  with pytest.raises(fingerprint.ConfigMismatch, match="config.rl.kl_coef: 0.02 -> 0.0"):
+    fingerprint.check(str(tmp_path / "legacy"), changed, legacy)
