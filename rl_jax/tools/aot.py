@@ -280,7 +280,7 @@ class _Builder:
     # model config and hyper carry), so the piece is the same program as the scan's body.
     norms = {k: jax.ShapeDtypeStruct((), jnp.int32, sharding=parallel.replicated(self.mesh))
              for k in ("num_tokens", "num_seqs", "num_good")}
-    loss = functools.partial(steps_lib._micro_loss, model_cfg=self.cfg,  # pylint: disable=protected-access
+    loss = functools.partial(steps_lib.micro_loss, model_cfg=self.cfg,
                              hyper=self.hyper)
     fn = jax.jit(jax.value_and_grad(loss, has_aux=True))
     return fn, (self.params, self._micro(), norms)

@@ -216,7 +216,7 @@ def _no_grad_logprobs(lp, params, seqs, num_micro: int, group: int) -> jax.Array
 def _update(state: TrainState, _, *, micro: dict, norms: dict, model_cfg, hyper: RLHyper):
   """One optimizer update on the gradient accumulated (in the master dtype) over the
   micro-batches; the model runs on one `param_dtype` copy of the master weights."""
-  grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+  grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
   params = models.cast_params(model_cfg, state.params)
 
   def accumulate(grads, mb):
@@ -231,7 +231,7 @@ def _update(state: TrainState, _, *, micro: dict, norms: dict, model_cfg, hyper:
   return state.apply_gradients(grads), metrics
 
 
-def _micro_loss(params, mb: dict, norms: dict, *, model_cfg, hyper: RLHyper):
+def micro_loss(params, mb: dict, norms: dict, *, model_cfg, hyper: RLHyper):
   """This micro-batch's share of the batch loss (normalized by whole-batch counts)."""
   logp = logprobs.completion_logprobs(model_cfg, params, mb["prompt_tokens"], mb["prompt_mask"],
                                       mb["tokens"], mb["mask"], temperature=hyper.temperature,
