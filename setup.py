@@ -44,8 +44,10 @@ EXTRAS = {
     # to one version; its CPU-only build is enough).
     # jax[tpu] (libtpu): the tests compile every phase and the Pallas kernels for TPU topologies
     # on the CPU machine (experiments.aot, tests/kernels/test_compile_accelerators.py).
+    # nbclient/nbformat/ipykernel: tests/test_colab.py runs each notebook in a fresh kernel.
     "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "torch==2.13.0", "transformers>=5.0",
-             "tokenizers>=0.21", "jinja2>=3.1.6", "jax[tpu]>=0.8"] + DATA,
+             "tokenizers>=0.21", "jinja2>=3.1.6", "jax[tpu]>=0.8", "nbclient>=0.10",
+             "nbformat>=5.10", "ipykernel>=6.29"] + DATA,
     "hf": HF,
     "data": DATA,
     # Accelerator builds of jaxlib (the core install runs on CPU): pip install -e '.[gpu]'.
