@@ -1,11 +1,12 @@
-"""colab/*.ipynb: every code cell not tagged `colab-only` runs, in order, in one namespace, and
-what each notebook computes is checked (quickstart, tree explorer, ablation)."""
+"""colab/*.ipynb: each notebook runs top to bottom in a fresh Jupyter kernel (nbclient, ipykernel
+on this interpreter), install cell included, with its `colab-only` cells removed; what each
+notebook computes is read back from the kernel and checked (quickstart, tree explorer, ablation)."""
 
 import glob
 import json
 import os
+import sys
 
-import matplotlib
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,41 +45,104 @@ def test_magic_lines_outside_colab_only_cells_are_an_error(tmp_path):
     code_cells(str(path))
 
 
-# XLA optimizations off (`fast_compiles`): the notebooks' runs use tiny models, whose time is mostly
-# compiling; what is checked (structure, bounds, equalities within a run) does not depend on it.
-@pytest.mark.usefixtures("fast_compiles")
+# Per-notebook read-back: a cell appended to the in-memory notebook prints these values as one
+# JSON line (after READBACK), evaluated in the notebook's kernel after its own cells.
+READBACK = "@@rl_jax_notebook_values@@"
+VALUES = {
+    "quickstart.ipynb": """dict(
+    summary=summary,
+    clone=find_clone(os.path.join(ROOT, "colab")),
+    args_clone=install_args(ROOT), args_clone_gpu=install_args(ROOT, "gpu"),
+    args_wheel=install_args("dist/rl_jax-0.1.0-py3-none-any.whl", "tpu"),
+    args_git=install_args("git+https://example.org/r.git", "gpu"))""",
+    "tree_explorer.ipynb": """dict(
+    nodes=sorted(nodes.items()), leaves=options.leaves, num_rewards=len(rewards),
+    rewards_mean=float(rewards.mean()))""",
+    "ablation.ipynb": "dict(runs=[dict(variant=r['variant'], seed=r['seed'], curve=r['curve']) "
+                      "for r in runs])",
+}
+
+
+@pytest.fixture(scope="module")
+def kernel_specs(tmp_path_factory):
+  """A kernelspec directory whose `python3` is ipykernel on this interpreter (sys.executable),
+  whatever other `python3` kernelspecs the machine has (user or system Jupyter dirs)."""
+  from ipykernel import kernelspec  # pylint: disable=g-import-not-at-top
+  from jupyter_client import kernelspec as specs  # pylint: disable=g-import-not-at-top
+  prefix = tmp_path_factory.mktemp("jupyter")
+  kernelspec.install(kernel_name="python3", prefix=str(prefix))
+  manager = specs.KernelSpecManager(kernel_dirs=[str(prefix / "share" / "jupyter" / "kernels")])
+  assert manager.get_kernel_spec("python3").argv[0] == sys.executable
+  return manager
+
+
+def run_notebook(path, env, kernel_specs, timeout=600):  # pylint: disable=redefined-outer-name
+  """Executes the notebook top to bottom in a fresh kernel, in ROOT, with `env` as its whole
+  environment; `colab-only` cells are removed first. Returns VALUES[name] read back from it."""
+  import nbclient  # pylint: disable=g-import-not-at-top
+  import nbformat  # pylint: disable=g-import-not-at-top
+  from jupyter_client import manager  # pylint: disable=g-import-not-at-top
+  with open(path) as f:
+    nb = json.load(f)
+  for i, cell in enumerate(nb["cells"]):  # nbformat 4.5 wants cell ids; the files carry none
+    cell.setdefault("id", f"cell-{i}")
+  nb = nbformat.reads(json.dumps(nb), as_version=4)
+  nb.cells = [c for c in nb.cells if "colab-only" not in c.metadata.get("tags", [])]
+  nb.cells.append(nbformat.v4.new_code_cell(
+      f"import json as _json, sys as _sys, jax as _jax, rl_jax as _rl_jax\n"
+      f"ROOT = {ROOT!r}\n"
+      f"_values = {VALUES[os.path.basename(path)]}\n"
+      f"_values['kernel'] = dict(executable=_sys.executable, rl_jax=_rl_jax.__file__,\n"
+      f"    backend=_jax.default_backend(), devices=_jax.device_count(),\n"
+      f"    no_optimizations=_jax.config.read('jax_disable_most_optimizations'))\n"
+      f"print({READBACK!r} + _json.dumps(_values, default=float))"))
+  km = manager.AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_specs)
+  client = nbclient.NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
+                                   resources={"metadata": {"path": ROOT}})
+  client.execute(env=env)
+  text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+  return json.loads(text.split(READBACK, 1)[1])
+
+
+# XLA optimizations off (JAX_DISABLE_MOST_OPTIMIZATIONS, as `fast_compiles` does in-process): the
+# notebooks' runs use tiny models, whose time is mostly compiling; what is checked (structure,
+# bounds, equalities within a run) does not depend on it.
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
-def test_notebook_runs(path, tmp_path, monkeypatch):
-  matplotlib.use("Agg")
-  monkeypatch.chdir(ROOT)
-  monkeypatch.setenv("RL_JAX_WORKDIR", str(tmp_path / "run"))
-  monkeypatch.setenv("RL_JAX_SWEEP", str(tmp_path / "no_sweep" / "*"))  # the ablation's own sweep
-  monkeypatch.delenv("RL_JAX_RUN", raising=False)
-  monkeypatch.delenv("RL_JAX_SOURCE", raising=False)
-  namespace = {"__name__": "__notebook__"}
-  for src in code_cells(path):
-    exec(compile(src, path, "exec"), namespace)  # pylint: disable=exec-used
+def test_notebook_runs(path, tmp_path, kernel_specs):  # pylint: disable=redefined-outer-name
+  """Every cell, install cell included, runs top to bottom in a fresh Jupyter kernel (nbclient;
+  ipykernel on this interpreter, in ROOT, so the install cell finds this clone with rl_jax
+  importable and runs no pip and no git). Cells tagged `colab-only` (Colab shell magics) are
+  removed from the notebook before it runs. The kernel's environment: this process's (conftest's
+  JAX_PLATFORMS=cpu and XLA_FLAGS), plus the work dirs, without RL_JAX_RUN/RL_JAX_SOURCE."""
+  code_cells(path)  # no shell/magic line outside `colab-only` cells
+  env = {k: v for k, v in os.environ.items() if k not in ("RL_JAX_RUN", "RL_JAX_SOURCE")}
+  env.update(RL_JAX_WORKDIR=str(tmp_path / "run"),
+             RL_JAX_SWEEP=str(tmp_path / "no_sweep" / "*"),  # the ablation's own sweep
+             JAX_PLATFORMS="cpu", JAX_DISABLE_MOST_OPTIMIZATIONS="1")
+  values = run_notebook(path, env, kernel_specs)
+  kernel = values["kernel"]
+  assert kernel["executable"] == sys.executable and kernel["backend"] == "cpu"
+  assert kernel["rl_jax"].startswith(os.path.join(ROOT, "rl_jax"))  # this checkout's
+  assert kernel["devices"] == 8 and kernel["no_optimizations"] is True  # conftest's XLA_FLAGS
   name = os.path.basename(path)
   if name == "quickstart.ipynb":  # the experiment ran to its summary
-    summary = namespace["summary"]
+    summary = values["summary"]
     assert 0.0 <= summary["rl_accuracy"] <= 1.0 and summary["rl_steps"] > 0
     assert os.path.exists(tmp_path / "run" / "curves.png")
     # The install cell: it found this clone, and installs a clone, a wheel or a requirement.
-    assert namespace["find_clone"](os.path.join(ROOT, "colab")) == ROOT
-    args = namespace["install_args"]
-    assert args(ROOT)[-2:] == ["-e", ROOT] and args(ROOT, "gpu")[-1] == f"{ROOT}[gpu]"
-    assert args("dist/rl_jax-0.1.0-py3-none-any.whl", "tpu")[-1] == (
-        "dist/rl_jax-0.1.0-py3-none-any.whl[tpu]")
-    assert args("git+https://example.org/r.git", "gpu")[-1] == (
-        "rl_jax[gpu] @ git+https://example.org/r.git")
+    assert values["clone"] == ROOT
+    assert values["args_clone"][-2:] == ["-e", ROOT]
+    assert values["args_clone_gpu"][-1] == f"{ROOT}[gpu]"
+    assert values["args_wheel"][-1] == "dist/rl_jax-0.1.0-py3-none-any.whl[tpu]"
+    assert values["args_git"][-1] == "rl_jax[gpu] @ git+https://example.org/r.git"
   elif name == "tree_explorer.ipynb":  # every leaf is under the root; values are mean rewards
-    nodes, leaves = namespace["nodes"], namespace["options"].leaves
-    assert nodes[0]["leaves"] == leaves == len(namespace["rewards"])
+    nodes, leaves = {n: d for n, d in values["nodes"]}, values["leaves"]
+    assert nodes[0]["leaves"] == leaves == values["num_rewards"]
     assert all(d["parent"] in nodes and 0.0 <= d["value"] <= 1.0 for d in nodes.values())
     assert sum(d["leaves"] for n, d in nodes.items() if n and d["parent"] == 0) == leaves
-    assert nodes[0]["value"] == namespace["rewards"].mean()
+    assert nodes[0]["value"] == values["rewards_mean"]
   elif name == "ablation.ipynb":  # two variants of two seeds, each with a curve over tokens
-    runs = namespace["runs"]
+    runs = values["runs"]
     assert sorted((r["variant"], r["seed"]) for r in runs) == [
         ("grpo", 0), ("grpo", 1), ("rloo", 0), ("rloo", 1)]
     assert all(len(r["curve"]) >= 2 and r["curve"][-1][1] > 0 for r in runs)
