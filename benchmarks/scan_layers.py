@@ -11,11 +11,13 @@ the order unrolled, scanned, unrolled, scanned. Per run: the first step's wall t
 trace / lower / backend seconds (`compile_cache.CompileStats`), the mean steady step time
 (`--steps` steps after the first) and the process's peak RSS.
 
-Full mode adds, for each of `--aot_models` (variants of experiments/configs/scale.py, `model.remat`
-from `--aot_remat`), `experiments.aot`'s compile of `rl_step` for the TPU `--aot_topology`
-(libtpu, no TPU), scanned and unrolled, each in its own process: compile seconds, per-device
-memory (`memory_analysis`) and the compiling process's peak RSS. The unrolled Qwen3-8B compile
-takes 17-22 minutes and ~21 GB of host memory.
+Full mode adds (`--aot_only`: only this), for each of `--aot_models` (variants of
+experiments/configs/scale.py, with `--aot_remat` and `--aot_param_dtype`; the defaults, full
+remat and bfloat16 compute weights on v5p:2x2x1, are the README's Qwen3-8B rows that fit),
+`experiments.aot`'s compile of `rl_step` for the TPU `--aot_topology` (libtpu, no TPU), scanned
+and unrolled, each in its own process: compile seconds (with the micro-batch piece's compile),
+per-device memory (`memory_analysis`) and the compiling process's peak RSS. The unrolled
+Qwen3-8B compile takes 17-22 minutes and ~21 GB of host memory.
 
 Prints ONE JSON line: the ratios scanned / unrolled (`first_step_ratio_scanned_vs_unrolled`
 cold, `first_step_ratio_warm_scanned_vs_unrolled`, `steady_step_ratio_scanned_vs_unrolled`,
@@ -46,6 +48,7 @@ _COMPILE_KEYS = ("trace_s", "lower_s", "compile_s")
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--quick", action="store_true", help="SmolLM2 steps only (no AOT compiles)")
+  p.add_argument("--aot_only", action="store_true", help="AOT compiles only (no SmolLM2 steps)")
   p.add_argument("--model_dir", default=DEFAULT_MODEL_DIR,
                  help="Hugging Face checkpoint of the GRPO steps (SmolLM2-135M-Instruct)")
   p.add_argument("--shape", default=peers.GOAL_SHAPE, help="B prompts x G samples x T tokens")
@@ -54,8 +57,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("--timeout", type=float, default=1200.0, help="seconds per worker")
   p.add_argument("--aot_models", default=",".join(AOT_MODELS),
                  help="comma-separated experiments/configs/scale.py variants to AOT-compile")
-  p.add_argument("--aot_topology", default="v5e:2x4", help="TPU topology of the AOT compiles")
+  p.add_argument("--aot_topology", default="v5p:2x2x1", help="TPU topology of the AOT compiles")
   p.add_argument("--aot_remat", default="full", help="model.remat of the AOT compiles")
+  p.add_argument("--aot_param_dtype", default="bfloat16",
+                 help="model.param_dtype of the AOT compiles (master weights stay float32)")
   p.add_argument("--aot_timeout", type=float, default=3600.0, help="seconds per AOT compile")
   p.add_argument("--aot_worker", default="", help=argparse.SUPPRESS)  # scale.py variant
   p.add_argument("--scanned", action="store_true", help=argparse.SUPPRESS)
@@ -63,6 +68,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   peers.parse_shape(args.shape)
   if args.steps < 1 or args.threads < 1:
     p.error("--steps and --threads must be >= 1")
+  if args.quick and args.aot_only:
+    p.error("--quick (no AOT) and --aot_only (only AOT) exclude each other")
   args.aot_models = [m.strip() for m in args.aot_models.split(",") if m.strip()]
   # What `peers.worker_cmd` reads.
   args.python = sys.executable
@@ -136,7 +143,8 @@ def smollm2_steps(args: argparse.Namespace) -> dict[str, Any]:
 
 def _aot_cmd(args: argparse.Namespace, model: str, layout: str) -> list[str]:
   return [sys.executable, "-m", "benchmarks.scan_layers", "--aot_worker", model,
-          "--aot_topology", args.aot_topology, "--aot_remat", args.aot_remat] + (
+          "--aot_topology", args.aot_topology, "--aot_remat", args.aot_remat,
+          "--aot_param_dtype", args.aot_param_dtype] + (
               ["--scanned"] if layout == "scanned" else [])
 
 
@@ -155,6 +163,7 @@ def aot_worker(args: argparse.Namespace) -> None:
   config = scale.get_config(args.aot_worker)
   config.model.scan_layers = bool(args.scanned)
   config.model.remat = args.aot_remat
+  config.model.param_dtype = args.aot_param_dtype
   with compile_cache.CompileStats() as stats:
     lines = {line["phase"]: line for line in aot.compile_phases(config, args.aot_topology,
                                                                 ["rl_step"])}
@@ -163,6 +172,7 @@ def aot_worker(args: argparse.Namespace) -> None:
           "output_bytes", "alias_bytes", "error")
   result = {k: step[k] for k in keys if k in step}
   result.update(model=args.aot_worker, scan_layers=bool(args.scanned), remat=args.aot_remat,
+                param_dtype=args.aot_param_dtype,
                 topology=args.aot_topology, params=lines["setup"]["params"],
                 compile_stats=stats.as_dict(), peak_rss_bytes=_peer_common.peak_rss_bytes())
   print(peers.RESULT_PREFIX + json.dumps(result), flush=True)
@@ -187,17 +197,21 @@ def aot_compiles(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-  out: dict[str, Any] = {"benchmark": "scan_layers", "mode": "quick" if args.quick else "full",
+  mode = "quick" if args.quick else "aot_only" if args.aot_only else "full"
+  out: dict[str, Any] = {"benchmark": "scan_layers", "mode": mode,
                          "model_dir": args.model_dir, "shape": args.shape, "steps": args.steps,
                          "threads": args.threads}
-  if not os.path.isfile(os.path.join(args.model_dir, "config.json")):
+  if args.aot_only:
+    pass
+  elif not os.path.isfile(os.path.join(args.model_dir, "config.json")):
     out["error"] = (f"no checkpoint at --model_dir={args.model_dir!r}; write SmolLM2 there with "
                     "python -m rl_jax.models.convert_gguf --out DIR")
   else:
     out.update(smollm2_steps(args))
   if not args.quick:
     out.update(aot_compiles(args))
-    out["aot_topology"], out["aot_remat"] = args.aot_topology, args.aot_remat
+    out.update(aot_topology=args.aot_topology, aot_remat=args.aot_remat,
+               aot_param_dtype=args.aot_param_dtype)
   return out
 
 

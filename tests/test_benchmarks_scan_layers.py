@@ -25,14 +25,15 @@ def test_parse_args():
   assert args.quick and args.shape == "8x4x32" and args.steps == 3 and args.threads == 1
   assert args.aot_models == ["qwen3-1.7b", "qwen3-8b"]
   assert bench.parse_args(["--aot_models=tiny,qwen3-1.7b"]).aot_models == ["tiny", "qwen3-1.7b"]
-  for bad in (["--shape=8x4"], ["--steps=0"]):
+  for bad in (["--shape=8x4"], ["--steps=0"], ["--quick", "--aot_only"]):
     with pytest.raises((SystemExit, ValueError)):
       bench.parse_args(bad)
 
 
 def test_scan_layers_benchmark_tiny(tiny_dir, capsys):
   out = bench.main(["--model_dir", tiny_dir, "--shape=2x2x4", "--steps=1",
-                    "--aot_models=tiny", "--aot_topology=v5e:2x2"])
+                    "--aot_models=tiny", "--aot_topology=v5e:2x2",
+                    "--aot_param_dtype=float32"])
   printed = capsys.readouterr().out.strip().splitlines()
   assert len(printed) == 1 and json.loads(printed[0]) == out  # ONE JSON line
   runs = out["runs"]
