@@ -254,7 +254,7 @@ def test_checkpoint_restores_across_layouts(tmp_path, saved_scanned):
   """A train state (params + Adam moments) saved in one layout restores in the other, placed
   with the target's shardings on a 2 x 2 x 2 mesh, and gives identical logits."""
   cfg = VARIANTS["qknorm_bias"]
-  params, stacked = _params("qknorm_bias")
+  params, _ = _params("qknorm_bias")
   tx = optax.adam(1e-2)
   grads = jax.tree.map(lambda x: jnp.full_like(x, 0.5), params)
   _, opt = tx.update(grads, tx.init(params), params)
