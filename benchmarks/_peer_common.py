@@ -68,6 +68,8 @@ def worker_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p.add_argument("--compile_cache_dir", default="",
                  help="rl_jax only: JAX's persistent compilation cache ('' = off; "
                       "rl_jax/compile_cache.py)")
+  p.add_argument("--scan_layers", action="store_true",
+                 help="rl_jax only: decoder blocks under nn.scan (ModelConfig.scan_layers)")
   return p.parse_args(argv)
 
 

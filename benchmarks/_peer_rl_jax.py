@@ -28,7 +28,7 @@ def main():
   cache_dir = compile_cache.configure(args.compile_cache_dir)
   b, g, t = args.batch, args.group, args.tokens
   load_start = time.perf_counter()
-  cfg, params = models.load_hf(args.model_dir, dtype="float32")
+  cfg, params = models.load_hf(args.model_dir, dtype="float32", scan_layers=args.scan_layers)
   tok = HFTokenizer(args.model_dir)
   load_s = time.perf_counter() - load_start
   encoded = [tok.encode(p) for p in common.prompts(b)]
@@ -86,6 +86,7 @@ def main():
   common.emit(dict(res, system="rl_jax", load_s=round(load_s, 3), prompt_len=plen,
                    params=models.num_params(params), backend=jax.default_backend(),
                    num_minibatches=args.num_minibatches, compile_cache_dir=cache_dir,
+                   scan_layers=cfg.scan_layers,
                    first_step_compile=first_step.as_dict(),
                    rewards=[round(r["reward"], 4) for r in records],
                    losses=[round(r["loss"], 5) for r in records]))

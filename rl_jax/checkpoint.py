@@ -19,6 +19,12 @@ truncated or changed (or that orbax cannot read) as `CheckpointCorruptError`, na
 A checkpoint without a digest (a crash between the rename and the digest) is only checked by
 reading it.
 
+Layer layouts: a model's parameters (and every tree shaped like them: optimizer moments, a value
+model's body) are either unrolled (`layers_0` .. `layers_{L-1}`) or stacked on a layer axis
+(`layers`, `ModelConfig.scan_layers`). `restore` converts a checkpoint written in one layout
+into the target's (`rl_jax.models.layout`), so flipping `config.model.scan_layers` keeps a run's
+checkpoints, `init_from` sources and PRM states usable.
+
 PRNG keys: typed keys (`jax.random.key`) and raw `uint32` keys
 (`jax.random.PRNGKey`) both round-trip; orbax stores a typed key's key data.
 `restore` returns each key in the form of the target (typed or raw), whatever
@@ -48,6 +54,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from rl_jax import parallel
+from rl_jax.models import layout
 
 _MAX_LISTED = 8
 DIGEST_FILE = "digest.json"
@@ -112,6 +119,25 @@ def _as_target_key(restored: Any, target: Any) -> Any:
   if _is_key(restored) and not _is_key(target):
     return jax.random.key_data(restored)
   return restored
+
+
+def _in_saved_layout(target: Any, saved: dict[str, Any]) -> Any:
+  """`target`, or `target` in the other layer layout when that is the one of the checkpoint
+  (whose leaves by path are `saved`)."""
+  if _by_path(target).keys() == saved.keys():
+    return target
+  other = layout.to_layout(target, not layout.is_stacked(target))
+  return other if _by_path(other).keys() == saved.keys() else target
+
+
+def _placed_like(tree: Any, target: Any) -> Any:
+  """`tree`'s arrays placed with the shardings of `target`'s leaves (where they have one)."""
+
+  def one(x, t):
+    sharding = getattr(t, "sharding", None)
+    return x if sharding is None else jax.device_put(x, sharding)
+
+  return jax.tree.map(one, tree, target)
 
 
 class Checkpointer:
@@ -276,23 +302,33 @@ class Checkpointer:
             "(config.data.source='memory'); resume it with that setting")
       items["data"] = self._grain.checkpoint.CheckpointRestore(self.data_iterator)
     try:
-      self._check_matches(step, abstract_state)
+      saved = self._saved_leaves(step)
+      target = _in_saved_layout(abstract_state, saved)
+      items["state"] = ocp.args.StandardRestore(target)
+      self._check_matches(step, saved, target)
       restored = self._manager.restore(step, args=ocp.args.Composite(**items))
     except CheckpointMismatchError:
       raise
     except Exception as e:  # pylint: disable=broad-except
       raise CheckpointCorruptError(
           f"checkpoint {where} cannot be read: {type(e).__name__}: {str(e)[:300]}") from e
-    state = jax.tree.map(_as_target_key, restored.state, abstract_state)
+    state = jax.tree.map(_as_target_key, restored.state, target)
+    if target is not abstract_state:  # Saved in the other layer layout: convert and place.
+      state = _placed_like(layout.to_layout(state, layout.is_stacked(abstract_state)),
+                           abstract_state)
     return state, dict(restored.meta or {})
 
-  def _check_matches(self, step: int, abstract_state: Any) -> None:
-    where = os.path.join(self.directory, str(step))
+  def _saved_leaves(self, step: int) -> dict[str, Any]:
+    """The saved state's leaf metadata by dotted path."""
     metadata = self._manager.item_metadata(step)
     on_disk = getattr(metadata.get("state"), "tree", None)
     if on_disk is None:
-      raise CheckpointMismatchError(f"checkpoint {where} holds no 'state' item")
-    saved, target = _by_path(on_disk), _by_path(abstract_state)
+      raise CheckpointMismatchError(f"checkpoint {self.step_dir(step)} holds no 'state' item")
+    return _by_path(on_disk)
+
+  def _check_matches(self, step: int, saved: dict[str, Any], abstract_state: Any) -> None:
+    where = os.path.join(self.directory, str(step))
+    target = _by_path(abstract_state)
     problems = []
     if missing := target.keys() - saved.keys():
       problems.append(f"in the target but not the checkpoint: {_listed(missing)}")

@@ -92,13 +92,14 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> models.M
 
   Without `config.model.path`: all ModelConfig fields of `config.model` (vocab_size 0 = the
   tokenizer's). With it: the checkpoint's config.json, in `config.model.dtype` / `param_dtype`,
-  with `config.model.remat`.
+  with `config.model.remat` and `config.model.scan_layers`.
   """
   if config.model.path:
     check_model_dir(config.model.path)
     values = models.from_hf_config(models.read_hf_config(config.model.path),
                                    dtype=config.model.dtype, param_dtype=config.model.param_dtype)
-    values = dataclasses.replace(values, remat=config.model.remat)
+    values = dataclasses.replace(values, remat=config.model.remat,
+                                 scan_layers=config.model.scan_layers)
     if values.vocab_size < vocab_size:
       raise ValueError(f"the checkpoint config.model.path={config.model.path!r} has "
                        f"vocab_size={values.vocab_size}, smaller than its tokenizer's "

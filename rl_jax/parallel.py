@@ -30,7 +30,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 AXES = ("data", "fsdp", "tensor")
 BATCH = ("data", "fsdp")
 
-# (regex on the parameter path, spec for the trailing dims). First match wins.
+# (regex on the parameter path, spec for the trailing dims). First match wins. Leading dims the
+# spec does not name are not split: the layer axis of scanned layers (`ModelConfig.scan_layers`:
+# `layers/self_attn/q_proj/kernel` [L, D, X]) gets no mesh axis, so every device holds its share
+# of every layer and the layer scan slices it locally (no gather per layer), exactly as the
+# unrolled `layers_i/...` [D, X] are split.
 PARAM_RULES: tuple[tuple[str, tuple], ...] = (
     (r"embed_tokens.*embedding", ("tensor", "fsdp")),  # [V, D]
     (r"lm_head", ("fsdp", "tensor")),  # [D, V]

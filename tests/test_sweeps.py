@@ -19,7 +19,7 @@ import pytest
 from experiments import report
 from experiments.configs import ladder as ladder_config
 from experiments.sweeps import estimators, ladder_baselines, launch, value_priors
-from rl_jax import experiment
+from rl_jax import experiment, models
 from rl_jax.metrics import MetricsWriter
 from rl_jax.rollout import checks
 from rl_jax.train import init_from, loop, phases
@@ -138,6 +138,19 @@ def test_init_from_restores_the_sft_params(sft_source, smoke_config, tmp_path):
   assert loaded.steps == smoke_config.sft.steps
   for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(loaded.params)):
     np.testing.assert_array_equal(a, b)
+
+
+def test_init_from_an_unrolled_sft_restores_scanned(sft_source, smoke_config, tmp_path):
+  """`model.scan_layers` may differ from the source's: its checkpoint converts on restore."""
+  source, params = sft_source
+  smoke_config.init_from = source
+  smoke_config.model.scan_layers = True
+  init_from.prepare(source, str(tmp_path))
+  exp = experiment.build(smoke_config, str(tmp_path))
+  loaded = init_from.load_sft(exp, source)
+  assert exp.model_cfg.scan_layers and "layers" in loaded.params
+  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(loaded.params),
+                         models.stack_layers(params))
 
 
 def test_init_from_errors(sft_source, smoke_config, tmp_path):

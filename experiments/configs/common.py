@@ -16,8 +16,9 @@ def model(preset: str) -> ml_collections.ConfigDict:
 
   `path`: a Hugging Face checkpoint directory (config.json + *.safetensors, `models.load_hf`).
   When set, the architecture and the initial weights come from it and only `dtype`,
-  `param_dtype` and `remat` of these fields apply; '' (default) builds `preset` with random
-  weights.
+  `param_dtype`, `remat` and `scan_layers` of these fields apply; '' (default) builds `preset`
+  with random weights. `scan_layers`: the decoder blocks run under `nn.scan` over stacked
+  parameters (one block traced and compiled instead of n_layers; `models.ModelConfig`).
   """
   fields = {f.name: f.default for f in dataclasses.fields(models.ModelConfig)
             if f.default is not dataclasses.MISSING}

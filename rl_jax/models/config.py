@@ -66,6 +66,11 @@ class ModelConfig:
     rope_low_freq_factor: 'llama3' only: wavelengths above original_max_len / this are scaled.
     rope_high_freq_factor: 'llama3' only: wavelengths below original_max_len / this are kept.
     rope_original_max_len: 'llama3' only: the pre-training context length.
+    scan_layers: run the decoder blocks under `nn.scan` over parameters stacked on a leading
+      layer axis (`layers/...` [n_layers, ...] instead of `layers_0/..` .. `layers_{L-1}/..`),
+      so tracing and compiling cost one block, not n_layers. The KV cache is stacked too
+      (`KVCache.k` one [B, n_layers, KVH, S, hd] array). Values are unchanged; HF import and
+      export, checkpoints (`models.layout`) and sharding rules accept either layout.
   """
 
   vocab_size: int
@@ -92,6 +97,7 @@ class ModelConfig:
   rope_high_freq_factor: float = 4.0
   rope_original_max_len: int = 8192
   remat: str = "none"
+  scan_layers: bool = False
 
   def __post_init__(self):
     for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",

@@ -6,11 +6,14 @@
 A directory holds `config.json` and either `model.safetensors` or shards listed in
 `model.safetensors.index.json`. Tensor names map one to one onto this library's parameter tree
 (`model.layers.3.mlp.up_proj.weight` <-> `layers_3/mlp/up_proj/kernel`, transposed: torch Linear
-weights are [out, in], Flax kernels [in, out]).
+weights are [out, in], Flax kernels [in, out]). A model with scanned layers
+(`ModelConfig.scan_layers`) is read and written through the same names: import stacks the
+layers (`layout.stack_layers`) and export unstacks them, so the files do not depend on it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -27,6 +30,7 @@ import safetensors.numpy
 
 from rl_jax.models.config import ModelConfig
 from rl_jax.models.hf_config import from_hf_config, to_hf_config
+from rl_jax.models.layout import stack_layers, unstack_layers
 from rl_jax.models.model import init_params
 
 Params = Any
@@ -113,8 +117,8 @@ def _dtype_name(dtype: Any) -> str:
   return dtype if isinstance(dtype, str) else jnp.dtype(dtype).name
 
 
-def load_hf(path: str | os.PathLike, dtype: Any = "float32",
-            param_dtype: Any = None) -> tuple[ModelConfig, Params]:
+def load_hf(path: str | os.PathLike, dtype: Any = "float32", param_dtype: Any = None, *,
+            scan_layers: bool = False) -> tuple[ModelConfig, Params]:
   """Reads a Hugging Face checkpoint directory (config.json + safetensors).
 
   Args:
@@ -122,6 +126,7 @@ def load_hf(path: str | os.PathLike, dtype: Any = "float32",
     dtype: compute dtype ('float32' or 'bfloat16'; a jnp dtype also works). Norms, softmax and
       logits stay float32 either way.
     param_dtype: storage dtype of the parameters; defaults to `dtype`.
+    scan_layers: return the config with `scan_layers=True` and the layers stacked.
 
   Returns:
     (cfg, params): the config and a parameter tree in `param_dtype`, ready for `forward`.
@@ -158,6 +163,8 @@ def load_hf(path: str | os.PathLike, dtype: Any = "float32",
                      f"not describe?): {sorted(unexpected)[:8]}")
   if names:
     raise ValueError(f"{path!r} lacks tensors the config needs: {sorted(names)[:8]}")
+  if scan_layers:
+    return dataclasses.replace(cfg, scan_layers=True), stack_layers(params)
   return cfg, params
 
 
@@ -189,7 +196,7 @@ def save_hf(path: str | os.PathLike, cfg: ModelConfig, params: Params, *,
     path: output directory (created if missing; its config.json, model*.safetensors and
       index are replaced).
     cfg: the model config (its switches pick the family: llama, qwen2, qwen3 or gemma).
-    params: the parameter tree of `cfg`.
+    params: the parameter tree of `cfg` (either layer layout).
     max_shard_bytes: above this total size the weights go into several files plus
       `model.safetensors.index.json`.
     extra_config: keys merged into config.json (e.g. bos_token_id, eos_token_id).
@@ -206,6 +213,7 @@ def save_hf(path: str | os.PathLike, cfg: ModelConfig, params: Params, *,
     hf_config.update({k: source[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")
                       if k in source})
   hf_config.update(extra_config or {})
+  params = unstack_layers(params)
   tensors = {}
   for name, (tree_path, transpose) in _name_map(cfg).items():
     try:

@@ -11,6 +11,9 @@
 
 Left- or right-padded input works: position ids are `cumsum(mask) - 1`, and padding keys are
 never attended to.
+
+Every function takes either layer layout of `cfg.scan_layers` (params and cache must match it:
+`models.stack_layers` / `unstack_layers` convert params; `init_cache` builds the cache).
 """
 
 from __future__ import annotations

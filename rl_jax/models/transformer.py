@@ -49,15 +49,18 @@ class Attention(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, key_mask, kv, write_index, prefix=None):
+  def __call__(self, x, positions, key_mask, kv, write_index, prefix=None, layer=None):
     """x: [B, L, D]; key_mask: [B, L, S] (see Transformer).
 
     prefix: None, or this layer's read-only (k, v), each [B, KVH, P, hd], of earlier tokens: the
     keys are the prefix followed by the L new ones (S = P + L).
 
     kv: None (no cache), or this layer's cached (k, v), each [B, KVH, S, hd]: the new keys and
-    values are written in place at slot `write_index` ([] shared by all rows, or [B] per row). Each layer has its own buffers, so a
-    decode step neither copies, slices nor re-stacks the cache.
+    values are written in place at slot `write_index` ([] shared by all rows, or [B] per row).
+    Each layer has its own buffers, so a decode step neither copies, slices nor re-stacks the
+    cache. With scanned layers, kv is instead every layer's stacked (k, v), each
+    [B, n_layers, KVH, S, hd], and `layer` the index of this one: the new keys and values are
+    written in place at (layer, slot) and attention reads that layer's slice.
 
     Keys and values are laid out [B, KVH, S, hd] (heads before slots), so both attention
     matmuls batch over (B, KVH) and the values are read as stored. With [B, S, KVH, hd], XLA on
@@ -80,16 +83,11 @@ class Attention(nn.Module):
     inv_freq = rope_frequencies(cfg)
     q = apply_rope(q, positions, inv_freq)
     k = apply_rope(k, positions, inv_freq).transpose(0, 2, 1, 3)      # [B, KVH, L, hd]
-    if kv is not None and jnp.ndim(write_index):  # Per-row write slots [B] (slot refill).
-      put = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice(buf, new, (0, i, 0)))
-      k_all, v_all = (put(buf, new.astype(buf.dtype), write_index)
-                      for buf, new in zip(kv, (k, v)))
-      new_kv = (k_all, v_all)
-    elif kv is not None:
-      k_all, v_all = (jax.lax.dynamic_update_slice(buf, new.astype(buf.dtype),
-                                                   (0, 0, write_index, 0))
-                      for buf, new in zip(kv, (k, v)))
-      new_kv = (k_all, v_all)
+    if kv is not None:
+      new_kv = tuple(_write(buf, new, write_index, layer) for buf, new in zip(kv, (k, v)))
+      k_all, v_all = (buf if layer is None
+                      else jax.lax.dynamic_index_in_dim(buf, layer, axis=1, keepdims=False)
+                      for buf in new_kv)
     elif prefix is not None:
       k_all = jnp.concatenate([prefix[0].astype(k.dtype), k], axis=2)
       v_all = jnp.concatenate([prefix[1].astype(v.dtype), v], axis=2)
@@ -105,6 +103,21 @@ class Attention(nn.Module):
     out = jnp.einsum("bkgls,bksd->blkgd", probs, v_all.astype(cfg.compute_dtype))
     out = out.reshape(b, l, cfg.n_heads * cfg.hd)
     return _dense(cfg, cfg.d_model, "o_proj")(out), new_kv, (k, v)
+
+
+def _write(buf: jax.Array, new: jax.Array, write_index: jax.Array,
+           layer: Optional[jax.Array]) -> jax.Array:
+  """`buf` with the new keys or values `new` [B, KVH, L, hd] written at slot `write_index` ([]
+  or per row [B]); `buf` is one layer's [B, KVH, S, hd], or with `layer` the stacked
+  [B, n_layers, KVH, S, hd]."""
+  new = new.astype(buf.dtype)
+  if layer is not None:  # Stacked (scanned layers): write at (layer, slot).
+    new = new[:, None]
+  lead = () if layer is None else (layer,)
+  if jnp.ndim(write_index):  # Per-row write slots [B] (slot refill).
+    return jax.vmap(lambda b, n, i: jax.lax.dynamic_update_slice(b, n, (*lead, 0, i, 0)))(
+        buf, new, write_index)
+  return jax.lax.dynamic_update_slice(buf, new, (0, *lead, 0, write_index, 0))
 
 
 class MLP(nn.Module):
@@ -125,11 +138,11 @@ class Block(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, key_mask, kv, write_index, prefix=None):
+  def __call__(self, x, positions, key_mask, kv, write_index, prefix=None, layer=None):
     cfg = self.cfg
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="input_layernorm")(x)
     a, new_kv, own_kv = Attention(cfg, name="self_attn")(h, positions, key_mask, kv, write_index,
-                                                         prefix)
+                                                         prefix, layer)
     x = x + a
     h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype,
                 name="post_attention_layernorm")(x)
@@ -156,8 +169,12 @@ class Transformer(nn.Module):
         tokens, e.g. a prompt shared by several rows; key_mask is then [B, L, P + L].
       return_kv: (without a cache) return the L tokens' own (k, v) stacks instead of None.
 
+    With `cfg.scan_layers` the blocks run under `nn.scan` over parameters stacked on a leading
+    layer axis (`layers/...`), else unrolled (`layers_0/...` .. `layers_{L-1}/...`).
+
     Returns:
-      (hidden [B, L, D] in the compute dtype, then: the updated cache's per-layer (k, v) tuples;
+      (hidden [B, L, D] in the compute dtype, then: the updated cache's (k, v) (per-layer tuples,
+      or stacked arrays with scanned layers);
       without a cache, the tokens' own (k, v) stacks when return_kv, else None).
     """
     cfg = self.cfg
@@ -168,6 +185,23 @@ class Transformer(nn.Module):
     if cfg.scale_embeddings:
       x = x * jnp.asarray(cfg.d_model ** 0.5, x.dtype)
     write_index = None if cache is None else cache.index
+    if cfg.scan_layers:
+      x, new_kv, own_kv = self._scanned(x, positions, key_mask, cache, write_index, prefix,
+                                        return_kv)
+    else:
+      x, new_kv, own_kv = self._unrolled(x, positions, key_mask, cache, write_index, prefix,
+                                         return_kv)
+    x = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="norm")(x)
+    if not cfg.tie_embeddings:  # Otherwise the transposed embedding is the unembedding.
+      self.param("lm_head", nn.initializers.normal(0.02), (cfg.d_model, cfg.vocab_size),
+                 cfg.params_dtype)
+    if cache is not None:
+      return x, new_kv
+    return x, own_kv if return_kv else None
+
+  def _unrolled(self, x, positions, key_mask, cache, write_index, prefix, return_kv):
+    """n_layers blocks `layers_0` .. `layers_{L-1}`, each traced and compiled on its own."""
+    cfg = self.cfg
     block = Block if cfg.remat == "none" else nn.remat(Block, policy=REMAT_POLICIES[cfg.remat])
     new_k, new_v, own_k, own_v = [], [], [], []
     for i in range(cfg.n_layers):
@@ -180,12 +214,28 @@ class Transformer(nn.Module):
         new_v.append(kv[1])
       own_k.append(own[0])
       own_v.append(own[1])
-    x = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="norm")(x)
-    if not cfg.tie_embeddings:  # Otherwise the transposed embedding is the unembedding.
-      self.param("lm_head", nn.initializers.normal(0.02), (cfg.d_model, cfg.vocab_size),
-                 cfg.params_dtype)
-    if cache is not None:
-      return x, (tuple(new_k), tuple(new_v))
-    if return_kv:
-      return x, (jnp.stack(own_k), jnp.stack(own_v))
-    return x, None
+    own_kv = (jnp.stack(own_k), jnp.stack(own_v)) if return_kv else None
+    return x, (tuple(new_k), tuple(new_v)), own_kv
+
+  def _scanned(self, x, positions, key_mask, cache, write_index, prefix, return_kv):
+    """One block `layers` (parameters [n_layers, ...]) under `nn.scan`: the carry is the
+    residual stream and the stacked cache (written in place, layer by layer); the scanned inputs
+    are the layer index and the prefix's layer; the outputs the tokens' own keys/values (only
+    when asked for: under remat a scan output is kept for the backward pass)."""
+    cfg = self.cfg
+    block = Block
+    if cfg.remat != "none":  # prevent_cse is not needed under scan (and costs fusions).
+      block = nn.remat(Block, policy=REMAT_POLICIES[cfg.remat], prevent_cse=False)
+
+    def step(layer_block, carry, xs):
+      y, kv = carry
+      layer, layer_prefix = xs
+      y, kv, own = layer_block(y, positions, key_mask, kv, write_index, layer_prefix, layer)
+      return (y, kv), (own if return_kv else None)
+
+    scan = nn.scan(step, variable_axes={"params": 0}, split_rngs={"params": True},
+                   length=cfg.n_layers)
+    kv = None if cache is None else (cache.k, cache.v)
+    (x, kv), own = scan(block(cfg, name="layers"), (x, kv),
+                        (jnp.arange(cfg.n_layers), prefix))
+    return x, kv, own

@@ -349,11 +349,9 @@ def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
 
 def _concat_caches(a: models.KVCache, c: models.KVCache) -> models.KVCache:
   """Rows of `a` then rows of `c` (same slots); the write index is the later one's."""
-  return models.KVCache(k=tuple(jnp.concatenate(x) for x in zip(a.k, c.k)),
-                        v=tuple(jnp.concatenate(x) for x in zip(a.v, c.v)),
-                        mask=jnp.concatenate([a.mask, c.mask]),
-                        pos=jnp.concatenate([a.pos, c.pos]),
-                        index=jnp.maximum(a.index, c.index))
+  return a.map_kv(lambda x, y: jnp.concatenate([x, y]), c).replace(
+      mask=jnp.concatenate([a.mask, c.mask]), pos=jnp.concatenate([a.pos, c.pos]),
+      index=jnp.maximum(a.index, c.index))
 
 
 def select_leaves(rewards: np.ndarray, num_leaves: int, keep,

@@ -79,19 +79,18 @@ def _refill(s: _Slots, prompt_cache: models.KVCache, prompt_logits: jax.Array, r
   req = jnp.where(take, s.queued + jnp.cumsum(free) - 1, s.req)
   b = jnp.minimum(req, num_requests - 1) // group  # prompt of each slot's request
   p = prompt_cache.size
-  pick = take[:, None, None, None]
 
-  def put(buf, src):
-    head = jnp.where(pick, src[b], buf[:, :, :p])
-    return jax.lax.dynamic_update_slice_in_dim(buf, head, 0, axis=2)
+  def put(buf, src):  # [B, (L,) KVH, S, hd]: slots are axis -2 in both layer layouts
+    pick = take.reshape(-1, *([1] * (buf.ndim - 1)))
+    head = jnp.where(pick, src[b], buf[..., :p, :])
+    return jax.lax.dynamic_update_slice_in_dim(buf, head, 0, axis=buf.ndim - 2)
 
   c = s.cache
   prompt_rows = jnp.pad(prompt_cache.mask[b], ((0, 0), (0, c.size - p)))  # later slots: False
   mask = jnp.where(take[:, None], prompt_rows, c.mask)
-  cache = models.KVCache(k=tuple(put(x, y) for x, y in zip(c.k, prompt_cache.k)),
-                         v=tuple(put(x, y) for x, y in zip(c.v, prompt_cache.v)), mask=mask,
-                         pos=jnp.where(take, prompt_cache.pos[b], c.pos),
-                         index=jnp.where(take, p, c.index))
+  cache = c.map_kv(put, prompt_cache).replace(
+      mask=mask, pos=jnp.where(take, prompt_cache.pos[b], c.pos),
+      index=jnp.where(take, p, c.index))
   tok, logp, ent = draw_rows(strategy, prompt_logits[b], rng, req, jnp.zeros_like(req))
   out = _write(s.out, req, jnp.zeros_like(req), take, (tok, jnp.ones_like(take), logp, ent))
   ended = (tok == eos_id) | (limits[jnp.minimum(req, num_requests - 1)] <= 1)

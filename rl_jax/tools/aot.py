@@ -32,7 +32,9 @@ numbers are `xla_flops_raw`, `xla_bytes_raw`). Loops inside a piece stay counted
 Pallas kernel counts what it declares (`pl.CostEstimate`; the TPU log-prob kernels do), so
 `model_flops_per_device` (matmul and causal-attention FLOPs of the phase, as
 `chips.sequence_flops` counts them, over the devices) is given too and the roofline takes the
-larger of the two FLOP counts.
+larger of the two FLOP counts. With `model.scan_layers` the decoder stack is such a loop: XLA counts
+one layer of it, so `xla_flops` and `xla_bytes` are low by up to the layer count and the roofline
+rests on `model_flops_per_device`.
 
 The phases are compiled under the mesh as the context mesh (`jax.sharding.use_abstract_mesh`), as
 the training loop runs under `jax.set_mesh`: the Pallas kernels then run in a `shard_map`, and the

@@ -74,7 +74,8 @@ def init_params(exp: Experiment) -> Any:
 def _load_params(exp: Experiment) -> Any:
   path = exp.config.model.path
   cfg, params = models.load_hf(path, dtype=exp.model_cfg.dtype,
-                               param_dtype=exp.master_cfg.param_dtype)
+                               param_dtype=exp.master_cfg.param_dtype,
+                               scan_layers=exp.model_cfg.scan_layers)
   if dataclasses.replace(cfg, remat=exp.model_cfg.remat) != exp.master_cfg:
     raise ValueError(f"config.model.path={path!r} now holds {cfg}; the run was built for "
                      f"{exp.master_cfg}")
