@@ -79,7 +79,7 @@ def phase_progress(config: ml_collections.ConfigDict, workdir: str,
   the other phases: (0, 0)."""
   if phase not in ("rl", "sft"):
     return 0, 0
-  with Checkpointer(phases.checkpoint_dir(workdir, phase), save_every=1) as ckpt:
+  with Checkpointer(workdir_lib.checkpoint_dir(workdir, phase), save_every=1) as ckpt:
     return ckpt.latest_step(), int(config[phase].steps)
 
 
@@ -269,7 +269,8 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, dataset: st
 
 
 def stdout_line(result: dict) -> dict:
-  """The one-line summary `experiments.eval` prints: dataset, phase, n, greedy, pass@k, maj@k."""
+  """The one-line summary `experiments.eval` prints: dataset, phase, the checkpoint step read, n,
+  greedy, pass@k, maj@k."""
   o = result["overall"]
   line = {"dataset": result["dataset"], "phase": result["phase"], "step": result.get("step"),
           "n": o["n"],

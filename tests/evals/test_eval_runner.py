@@ -55,8 +55,8 @@ def test_markdown_and_stdout_line():
   assert "| all | 4 | 0.250 | 0.375 | 0.375 | 0.500 | 0.375 | 0.250 |" in text
   assert "By level:" in text and "| 10 | 2 |" in text
   line = runner.stdout_line(r)
-  assert list(line) == ["dataset", "phase", "n", "greedy", "sampled", "pass@1", "maj@1", "pass@2",
-                        "maj@2", "seconds"]
+  assert list(line) == ["dataset", "phase", "step", "n", "greedy", "sampled", "pass@1", "maj@1",
+                        "pass@2", "maj@2", "seconds"]
 
 
 def test_grader_and_sample_count_errors():

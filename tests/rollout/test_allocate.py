@@ -37,7 +37,7 @@ def test_default_is_uniform_and_checks():
 
 
 @pytest.mark.parametrize("overrides,match", [
-    ({"allocator": "bogus"}, r"config.rl.allocator='bogus'; expected one of"),
+    ({"allocator": "bogus"}, r"config.rl.allocator='bogus': expected one of"),
     ({"allocator": "dars"}, r"set config.rl.max_group_size"),
     ({"allocator": "dars", "max_group_size": 8, "allocation.min_n": 5},
      r"rollout budget 16 is smaller than 4 prompts x min_n=5"),
