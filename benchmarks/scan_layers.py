@@ -157,7 +157,7 @@ def aot_worker(args: argparse.Namespace) -> None:
   """In its own process: `rl_step` of scale.py:<args.aot_worker> compiled for the topology."""
   from experiments.configs import scale  # pylint: disable=g-import-not-at-top
   from rl_jax import compile_cache  # pylint: disable=g-import-not-at-top
-  from rl_jax.train import aot  # pylint: disable=g-import-not-at-top
+  from rl_jax.tools import aot  # pylint: disable=g-import-not-at-top
   from benchmarks import _peer_common  # pylint: disable=g-import-not-at-top
 
   config = scale.get_config(args.aot_worker)

@@ -7,7 +7,8 @@ differ), so checkpoints are never continued under settings they were not trained
 
 `IGNORED` lists the fields that cannot change a run's results and may differ between runs of one
 work dir; every other field counts. Keep it explicit: a field belongs here only if a resumed
-run with another value reproduces the same metrics and checkpoints.
+run with another value reproduces the same metrics and checkpoints (`model.scan_layers`: up to
+float32 rounding).
 
 Pure functions over ConfigDicts / dicts, plus the two small file helpers at the end.
 """
@@ -35,6 +36,9 @@ IGNORED = (
     "data.worker_count",          # grain reader processes / threads: same order of examples
     "data.read_threads",
     "aot.prompt_len",             # experiments.aot only
+    # The decoder's parameter layout: scanned == unrolled up to float32 rounding, and checkpoints
+    # convert on restore (tests/train/test_scan_layers_resume.py), so a run may switch it.
+    "model.scan_layers",
 )
 
 
