@@ -9,7 +9,7 @@ Per prompt, with prior p0 = V(prompt) and its error variance sigma0^2 (`rl_jax.v
 2. Reliability test (`reject`): 'z': z = (r̄ − p0')/sqrt(p0'(1−p0')/n) with p0' = clip(p0,
    0.02, 0.98); reject if |z| > z_{1−α/2} (1.96 at α = 0.05). 'binomial': reject if the exact
    two-sided tail P_{Bin(n,p0')}(|K − n p0'| >= |k − n p0'|) <= α.
-3. Rejected: the group is doubled (extra rounds, `round_rules.V05Extra`) up to n_max and tested
+3. Rejected: the group is doubled (extra rounds, `rollout.rules.V05Extra`) up to n_max and tested
    again on the pooled rollouts; at n_max (or when the batch has no rows left) the baseline is
    the empirical mean (w = 0).
 4. Accepted: the MSE-optimal fused baseline b = w p0 + (1 − w) r̄ (`fusion_weight`):
