@@ -15,8 +15,9 @@ Isolation modes (`config.rl.reward_isolation`):
   about one time limit per batch, not one per call.
 * 'process': the calls run in a child process (spawned; the task and examples are pickled to
   it). A call past its limit kills the child, which is restarted for the remaining calls (one
-  limit per hanging call: calls are not concurrent here): hard isolation (a reward that never returns to the interpreter, or corrupts it, is stopped), at the
-  price of pickling every batch and a restart after each timeout.
+  limit per hanging call: calls are not concurrent here): hard isolation (a reward that never
+  returns to the interpreter, or corrupts it, is stopped), at the price of pickling every batch
+  and a restart after each timeout.
 * 'inline': the calls run in the caller's thread; a raise still scores 0 but there is no time
   limit (for debugging, and the baseline of `benchmarks/faults.py --overhead`).
 

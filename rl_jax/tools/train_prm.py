@@ -48,9 +48,9 @@ def train(workdir: str, out_dir: str, *, kinds: Sequence[str] = ("pav", "orm"),
           seed: int = 0) -> dict:
   """Samples the run's policy on train problems, labels the step prefixes (PAV: Monte Carlo
   continuations; ORM: the outcome; pav_tree: the node values of EPTree rollouts of the same
-  problems, `config.rl.eptree` options), fits one PRM per kind (initialised from the policy) and saves
-  each under `out_dir/<kind>`. Returns (and writes to out_dir/train_prm.json) the timings, label
-  statistics and loss logs."""
+  problems, `config.rl.eptree` options), fits one PRM per kind (initialised from the policy)
+  and saves each under `out_dir/<kind>`. Returns (and writes to out_dir/train_prm.json) the
+  timings, label statistics and loss logs."""
   for k in kinds:
     if k not in KINDS:
       raise ValueError(f"kind {k!r}; expected some of {KINDS}")

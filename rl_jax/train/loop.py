@@ -166,7 +166,7 @@ def control_steps(config: ml_collections.ConfigDict, prompt_len: int, demo_len: 
     return int(config.control.steps)
   rl = config.rl
   b, t = rl.prompts_per_step, config.sampling.max_new_tokens
-  r = requests_lib.batch_rows(config)  # B·G, or R_max for ragged groups (whose prompts are not shared)
+  r = requests_lib.batch_rows(config)  # B·G, or R_max for ragged groups (prompts not shared)
   shared = rl.shared_prompts and not requests_lib.is_ragged(config)
   rows = (b * prompt_len + r * t) if shared else r * (prompt_len + t)
   forward_only = int(bool(rl.kl_coef)) + int(bool(rl.tis_cap))

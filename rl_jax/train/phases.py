@@ -124,8 +124,8 @@ def _run_steps(exp: Experiment, phase: str, state_and_meta, num_steps: int, step
   A step with `nonfinite` > 0 (not applied, `steps.finite_or_skip`) is logged;
   `config.max_nonfinite_in_a_row` of them in a row raise `NonFiniteError` before that step is
   checkpointed; so do `config.rl.reward_max_failed_steps` steps in a row whose every reward call
-  failed (`contained.RewardsFailedError`). A SIGTERM / SIGINT (`signals.catch`) saves the step just finished and raises
-  `signals.Preempted`.
+  failed (`contained.RewardsFailedError`). A SIGTERM / SIGINT (`signals.catch`) saves the step
+  just finished and raises `signals.Preempted`.
   """
   state, start, meta = state_and_meta
   seconds = float(meta.get("train_seconds", 0.0))

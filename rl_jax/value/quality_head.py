@@ -10,8 +10,8 @@ reads the policy's final-normed hidden state h_{i,t_p} of a partial rollout at t
 checkpoint (the policy is the body, so the head follows it as RL trains it). It starts at w = 0,
 b = 0 (ĝ = 0.5 everywhere: ARRoL keeps a score-blind, unbiased subsample until it has learnt) and
 after every generation round takes `config.rl.arrol.updates` Adam steps (`lr`) of the binary
-cross-entropy (`value.prm.model.bce_with_logits`) of its logits on the round's survivors against their
-outcomes y_i = [r_i > `config.rl.success_threshold`] (first raw reward component). Pruned rows
+cross-entropy (`value.prm.model.bce_with_logits`) of its logits on the round's survivors against
+their outcomes y_i = [r_i > `config.rl.success_threshold`] (first raw reward component). Pruned rows
 have no outcome and are never trained on [P: "trained on-the-fly with BCE against the final rewards
 of finished rollouts"; R: which rows, when, optimizer and step counts].
 """
