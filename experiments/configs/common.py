@@ -69,7 +69,11 @@ def base() -> ml_collections.ConfigDict:
       name="chain_sum",
       options=ml_collections.ConfigDict(dict(min_terms=2, max_terms=2, min_digits=1,
                                              max_digits=2, allow_negation=False)),
-      train_size=20000, eval_size=500, demo_noise=0.0,
+      # eval_size: the held-out (dev) set, on which every choice of settings is made, and which
+      # the summary's accuracies (rl_accuracy, sft_accuracy, ...) report. test_size > 0 adds a
+      # test set for the result tables only (summary.json: rl_test_accuracy,
+      # sft_test_accuracy), disjoint from dev and train; 0 (default) = none.
+      train_size=20000, eval_size=500, test_size=0, demo_noise=0.0,
       # Each prompt as the user turn of the tokenizer's chat template (instruct checkpoints).
       chat_template=False,
       # How the scorer finds the answer in a completion: 'first_line' or 'last_number'
@@ -109,7 +113,10 @@ def base() -> ml_collections.ConfigDict:
       steps=100, prompts_per_step=32, group_size=8, advantage="grpo",
       advantage_options=ml_collections.ConfigDict(), loss="ppo", clip_low=0.2, clip_high=0.2,
       clip_ratio_c=3.0, kl_coef=0.0, kl_kind="k3", aggregation="token-mean", sft_coef=0.0,
-      eval_every=25, optim=optim_config(1e-4),
+      # eval_every: a greedy dev evaluation every that many steps (metrics heldout_accuracy,
+      # heldout_step_error_rate); eval_subset N > 0: on the first N dev problems only (cheaper;
+      # 0 = all). The final evaluations always use the whole dev set (and the test set).
+      eval_every=25, eval_subset=0, optim=optim_config(1e-4),
       # Reward components (rl_jax.rewards.REWARDS) and weights (() = all 1).
       rewards=("task_score",), reward_weights=(),
       # Every reward call is contained (rl_jax/rewards/contained.py): past reward_timeout seconds

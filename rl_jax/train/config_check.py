@@ -166,6 +166,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_nonfinite_in_a_row": _int(1),
     "task.train_size": _int(1),
     "task.eval_size": _int(1),
+    "task.test_size": _int(0),
     "task.demo_noise": _real(0.0, 1.0),
     "tokenizer.vocab_size": _int(1),
     "model.d_model": _int(1),
@@ -196,6 +197,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.kl_coef": _real(0.0),
     "rl.sft_coef": _real(0.0),
     "rl.eval_every": _int(0),
+    "rl.eval_subset": _int(0),
     "rl.num_minibatches": _int(1),
     "rl.num_iterations": _int(1),
     "rl.tis_cap": _real(0.0),
@@ -296,6 +298,10 @@ def check(config: ml_collections.ConfigDict) -> None:
       if not (_num(t) and t >= 0):
         raise ConfigError(f"config.eval.temperatures={tuple(temps)!r}: expected finite "
                           f"numbers >= 0, got {t!r}")
+  subset, dev = _get(config, "rl.eval_subset"), _get(config, "task.eval_size")
+  if subset is not _MISSING and dev is not _MISSING and subset > dev:
+    raise ConfigError(f"config.rl.eval_subset={subset}: expected at most the dev set's "
+                      f"config.task.eval_size={dev} problems (0 = all of them)")
   v0 = _get(config, "value.v0")
   if v0 is not _MISSING and v0.query_dim % v0.num_heads:
     raise ConfigError(f"config.value.v0.query_dim={v0.query_dim}, config.value.v0.num_heads="
