@@ -158,9 +158,10 @@ def base() -> ml_collections.ConfigDict:
       # component exceeds success_threshold.
       success_threshold=0.5,
       # V0.5 (rl_jax/rl/advantages/v05.py, ALGORITHMS.md §4.2, reconstructed [R]): advantage='v05'.
-      # prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0'); n0 = group_size
-      # rollouts first; the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial'
-      # exact tail) at level alpha; rejected prompts get their group doubled up to n_max rows
+      # prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0' | 'oracle', the last
+      # Monte Carlo rates of the current policy: value.oracle); n0 = group_size rollouts first;
+      # the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial' exact tail) at
+      # level alpha; rejected prompts get their group doubled up to n_max rows
       # (extra rounds, within max_gen_rounds and the batch's rows); fusion 'variance' (w =
       # Var/(Var+sigma0_sq)) or 'beta' (pseudo-count κ = p0(1-p0)/sigma0_sq - 1); sigma0_sq > 0
       # overrides the prior's own error variance; scale_by_std: A = (r - b)/std as GRPO.
@@ -271,6 +272,10 @@ def base() -> ml_collections.ConfigDict:
       min_attempts=1, sigma0_sq=0.01, estimate_sigma0=True, sigma0_sq_floor=1e-3,
       optim=optim_config(1e-3, weight_decay=0.01),
       calib_prompts=256, calib_samples=8))))
+  # The 'oracle' prior (rl_jax/value/priors.py; name it in rl.allocator_prior or rl.v05.prior):
+  # each prompt's success rate under the current policy from mc_samples fresh samples at the
+  # rollout temperature, reported as oracle/mc_tokens and never counted as rollout tokens.
+  c.value.oracle = ml_collections.ConfigDict(dict(mc_samples=16))
   c.mesh = ml_collections.ConfigDict(dict(shape=(1, 1, 1)))
   c.checkpoint = ml_collections.ConfigDict(dict(every=50, max_to_keep=2))
   # experiments/aot.py (compiling every phase for a TPU topology): prompt_len P of the compiled

@@ -265,6 +265,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **_optim("value.v0.optim"),
     "value.v0.calib_prompts": _int(1),
     "value.v0.calib_samples": _int(0),
+    "value.oracle.mc_samples": _int(1),
 }
 
 
