@@ -202,7 +202,10 @@ def base() -> ml_collections.ConfigDict:
           oprl_baseline="rloo")),
       # TreePO (rl_jax/sampling/treepo.py): segments of segment_len tokens, first_width paths
       # from the prompt, each live path becomes `branches` paths at a boundary (G leaves).
-      treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2)),
+      # segment: 'fixed' (segment_len tokens, the reference) or 'newline' (a segment ends at the
+      # first newline token: forks at the task's step boundaries; segment_len unused).
+      treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2,
+                                            segment="fixed")),
       # APRIL partial rollouts (rl_jax/rollout/april.py, ALGORITHMS.md §7): launch `groups` groups
       # per step (0 = 2 x prompts_per_step), stop decoding once prompts_per_step of them are
       # complete, carry the rest (tokens, log-probs, per-token policy versions) into the next

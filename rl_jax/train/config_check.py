@@ -25,7 +25,7 @@ from rl_jax.rl import advantages, allocation, losses
 from rl_jax.rollout import checks as rollout_checks
 from rl_jax.rollout import engines as rollout_engines
 from rl_jax.rollout import rules
-from rl_jax.sampling import arrol, echo_rules, engines
+from rl_jax.sampling import arrol, echo_rules, engines, treepo
 from rl_jax.value import priors
 from rl_jax.value.prm import process
 from rl_jax.value.v0 import model as v0_model
@@ -220,6 +220,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.v05.std_eps": _real(0.0),
     "rl.v05.prior_window": _int(0),
     "rl.v05.prior_pseudo_count": _real(0.0, lo_open=True),
+    "rl.treepo.segment": _one_of(treepo.SEGMENTS),
     "rl.arrol.oversample": _real(1.0),
     "rl.arrol.prune_frac": _real(0.0, 1.0, lo_open=True, hi_open=True),
     "rl.arrol.rule": _one_of(tuple(arrol.KEEP_RULES.names())),
