@@ -3,6 +3,7 @@ summary fields (per-stratum accuracy, success-rate histogram, step error rates).
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 
@@ -11,6 +12,7 @@ import pytest
 from experiments.configs import ladder as ladder_config
 from rl_jax import data
 from rl_jax import experiment
+from rl_jax.data import ladder as ladder_data
 from rl_jax.train import config_check, loop
 
 
@@ -45,7 +47,8 @@ def test_ladder_smoke_end_to_end(smoke_run):
 def test_ladder_test_set_and_eval_subset(smoke_run, tmp_path, monkeypatch):
   """task.test_size adds greedy test accuracies to the summary and changes nothing else (the
   dev figures and every training metric are those of the default run); rl.eval_subset = N runs
-  the periodic evaluations on the first N dev problems, the final ones on all of them."""
+  the periodic evaluations on N dev problems (N/6 per stratum), the final ones on all of
+  them."""
   _, default, default_dir = smoke_run
   config = _with(ladder_config.get_config("smoke"), task_test_size=24)
   config.rl.eval_subset = 12
@@ -57,6 +60,11 @@ def test_ladder_test_set_and_eval_subset(smoke_run, tmp_path, monkeypatch):
     return completions(params, prompts, *args, **kwargs)
 
   monkeypatch.setattr(loop.evaluate, "completions", counted)
+  dev = data.make_task("ladder", config.task.options.to_dict(), config.task.seed,
+                       config.task.train_size, config.task.eval_size).heldout
+  subset = [dev[i] for i in loop.evaluate.spread(len(dev), 12)]
+  assert collections.Counter(ladder_data.LadderTask.stratum(e) for e in subset) == {
+      k: 2 for k in range(2, 8)}
   summary = loop.run(config, str(tmp_path))
   assert summary["test_size"] == 24
   for phase in ("sft", "rl"):

@@ -114,8 +114,9 @@ def base() -> ml_collections.ConfigDict:
       advantage_options=ml_collections.ConfigDict(), loss="ppo", clip_low=0.2, clip_high=0.2,
       clip_ratio_c=3.0, kl_coef=0.0, kl_kind="k3", aggregation="token-mean", sft_coef=0.0,
       # eval_every: a greedy dev evaluation every that many steps (metrics heldout_accuracy,
-      # heldout_step_error_rate); eval_subset N > 0: on the first N dev problems only (cheaper;
-      # 0 = all). The final evaluations always use the whole dev set (and the test set).
+      # heldout_step_error_rate); eval_subset N > 0: on N dev problems only, evenly spaced
+      # through the dev list (the ladder's: N/6 per stratum; cheaper; 0 = all). The final
+      # evaluations always use the whole dev set (and the test set).
       eval_every=25, eval_subset=0, optim=optim_config(1e-4),
       # Reward components (rl_jax.rewards.REWARDS) and weights (() = all 1).
       rewards=("task_score",), reward_weights=(),

@@ -75,8 +75,9 @@ class _Store:
 
 def _evaluator(exp: experiment.Experiment):
   """Returns eval(params, temperature, num_samples, phase='', split='dev', limit=0) -> dict of
-  results on the dev (held-out) set, or on the test set with split='test'; `limit` N > 0: on
-  the first N problems only.
+  results on the dev (held-out) set, or on the test set with split='test'; `limit` N > 0: on N
+  of its problems only, evenly spaced through it (`evaluate.spread`: on the ladder, whose dev
+  set is ordered by stratum, N/strata per stratum).
 
   Every task gets `accuracy` (mean of `task.score`) and `success_rate_histogram` (per-prompt
   success rates over the samples; meaningful with several samples). chain_sum adds the accuracy
@@ -97,8 +98,9 @@ def _evaluator(exp: experiment.Experiment):
     policy's evaluation is the same in every run that shares it."""
     heldout, prompts, prompt_mask = splits[split]
     batch_size = ev.batch_size
-    if limit:  # A subset: batches no larger than it (padding rows decode too).
-      heldout, prompts, prompt_mask = heldout[:limit], prompts[:limit], prompt_mask[:limit]
+    if limit:  # A fixed subset; batches no larger than it (padding rows decode too).
+      idx = evaluate.spread(len(heldout), limit)
+      heldout, prompts, prompt_mask = [heldout[i] for i in idx], prompts[idx], prompt_mask[idx]
       batch_size = min(batch_size, len(heldout) * num_samples)
     key = keys["sft" if phase == "sft" else ""]
     params = models.cast_params(exp.model_cfg, params)  # master weights -> model.param_dtype
@@ -127,7 +129,7 @@ def _evaluator(exp: experiment.Experiment):
 
 def _periodic(run_eval, limit: int = 0):
   """The metrics of a periodic (greedy) dev evaluation: accuracy, and the step error rate if
-  any; on the first `limit` dev problems when > 0 (`config.rl.eval_subset`)."""
+  any; on `limit` dev problems when > 0 (`config.rl.eval_subset`, `_evaluator`)."""
 
   def periodic(params, step, phase: str = ""):
     del step
@@ -215,8 +217,8 @@ def _train_and_evaluate(exp, store: _Store, run_eval, periodic, writer) -> dict:
   """SFT (or init_from), RL and the control with their evaluations (kept in `store`); returns
   the control's summary fields. Checks for a stop signal after every phase and evaluation.
 
-  The RL phase's periodic evaluations use the first `config.rl.eval_subset` dev problems (0 =
-  all); the final ones the whole dev set, and the test set when there is one."""
+  The RL phase's periodic evaluations use `config.rl.eval_subset` dev problems (0 = all); the
+  final ones the whole dev set, and the test set when there is one."""
   config = exp.config
   if config.init_from:
     sft = init_from.load_sft(exp, config.init_from)
