@@ -42,11 +42,15 @@ class Experiment:
   train_prompt_mask: np.ndarray
   demo_tokens: np.ndarray  # [N, T] SFT targets
   demo_mask: np.ndarray
-  heldout_prompts: np.ndarray  # [M, P]
+  heldout_prompts: np.ndarray  # [M, P] the dev set (task.heldout)
   heldout_prompt_mask: np.ndarray
   # config.data.source='grain': the TFDS train split (records index i <-> task.train[i]) that the
   # phases' grain loaders read; None with 'memory'.
   train_source: Any = None
+  # The test set (task.test, config.task.test_size > 0) [M', P'], encoded on its own so the other
+  # arrays keep their width; None without one.
+  test_prompts: Optional[np.ndarray] = None
+  test_prompt_mask: Optional[np.ndarray] = None
 
   @property
   def max_new_tokens(self) -> int:
@@ -246,11 +250,13 @@ def phase_seed(config: ml_collections.ConfigDict, phase: str) -> int:
 
 
 def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
-  """Builds the task, makes the tokenizer, encodes the data and makes the mesh."""
+  """Builds the task (train, dev and, with `task.test_size`, test problems), makes the
+  tokenizer, encodes the data and makes the mesh."""
   check_config(config)
   tc = config.task
   task = data.make_task(tc.name, tc.options.to_dict(), task_seed(config), tc.train_size,
-                        tc.eval_size, answer_extraction=tc.answer_extraction)
+                        tc.eval_size, answer_extraction=tc.answer_extraction,
+                        test_size=tc.test_size)
   demo_rng = np.random.default_rng([sft_seed(config), seeds.SFT_DEMOS])  # SFT data: the SFT seed.
   if hasattr(task, "demonstrations"):  # A task with its own demonstration format (the ladder).
     demos = task.demonstrations(noise=tc.demo_noise, rng=demo_rng)
@@ -270,6 +276,9 @@ def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
   prompts, prompt_mask = encode_prompts(tokenizer, all_prompts, max_length=max_prompt,
                                         chat_template=tc.chat_template)
   demo_tokens, demo_mask = encode_completions(tokenizer, [e.answer for e in demos], t)
+  test_set = getattr(task, "test", [])
+  test = (encode_prompts(tokenizer, [e.prompt for e in test_set], max_length=max_prompt,
+                         chat_template=tc.chat_template) if test_set else (None, None))
   n = len(task.train)
   return Experiment(
       config=config, workdir=workdir, task=task, tokenizer=tokenizer, model_cfg=model_cfg,
@@ -278,4 +287,5 @@ def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
       demo_tokens=demo_tokens, demo_mask=demo_mask,
       heldout_prompts=prompts[n:], heldout_prompt_mask=prompt_mask[n:],
       train_source=(tfds_train_source(config, workdir, task)
-                    if config.data.source == "grain" else None))
+                    if config.data.source == "grain" else None),
+      test_prompts=test[0], test_prompt_mask=test[1])

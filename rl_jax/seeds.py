@@ -32,3 +32,4 @@ V0_PRIOR = 15    # value/v0/online: V0's initial parameters and its per-step tra
 V0_CALIB = 16    # value/v0/run: the calibration samples of V0 at each evaluation.
 V0_OFFLINE = 23  # tools/train_value: the episodes of offline V0 training.
 ALLOC_POOL = 41  # `config.rl.prompt_pool`: the train prompts RL draws from (seed: task_seed).
+ORACLE_MC = 43   # value/priors: the 'oracle' prior's Monte Carlo samples, per step and call.

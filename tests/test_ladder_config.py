@@ -3,6 +3,7 @@ summary fields (per-stratum accuracy, success-rate histogram, step error rates).
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 
@@ -11,12 +12,20 @@ import pytest
 from experiments.configs import ladder as ladder_config
 from rl_jax import data
 from rl_jax import experiment
-from rl_jax.train import loop
+from rl_jax.data import ladder as ladder_data
+from rl_jax.train import config_check, loop
 
 
-def test_ladder_smoke_end_to_end(tmp_path):
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+  """The `:smoke` run with its defaults: (config, summary, work dir)."""
   config = ladder_config.get_config("smoke")
-  summary = loop.run(config, str(tmp_path))
+  workdir = tmp_path_factory.mktemp("ladder_smoke")
+  return config, loop.run(config, str(workdir)), workdir
+
+
+def test_ladder_smoke_end_to_end(smoke_run):
+  config, summary, tmp_path = smoke_run
   strata = [str(k) for k in range(2, 8)]
   for phase in ("sft", "rl"):
     by_stratum = summary[f"{phase}_accuracy_by_stratum"]
@@ -32,6 +41,54 @@ def test_ladder_smoke_end_to_end(tmp_path):
   assert any("heldout_step_error_rate" in r for r in records if r["phase"] == "rl")
   assert any(r.get("rollout_tokens", 0) > 0 for r in records if r["phase"] == "rl")
   assert os.path.getsize(tmp_path / "curves.png") > 5_000
+  assert not [k for k in summary if "test" in k]  # no test set by default (task.test_size = 0)
+
+
+def test_ladder_test_set_and_eval_subset(smoke_run, tmp_path, monkeypatch):
+  """task.test_size adds greedy test accuracies to the summary and changes nothing else (the
+  dev figures and every training metric are those of the default run); rl.eval_subset = N runs
+  the periodic evaluations on N dev problems (N/6 per stratum), the final ones on all of
+  them."""
+  _, default, default_dir = smoke_run
+  config = _with(ladder_config.get_config("smoke"), task_test_size=24)
+  config.rl.eval_subset = 12
+  sizes = []
+  completions = loop.evaluate.completions
+
+  def counted(params, prompts, *args, **kwargs):
+    sizes.append(len(prompts))
+    return completions(params, prompts, *args, **kwargs)
+
+  monkeypatch.setattr(loop.evaluate, "completions", counted)
+  dev = data.make_task("ladder", config.task.options.to_dict(), config.task.seed,
+                       config.task.train_size, config.task.eval_size).heldout
+  subset = [dev[i] for i in loop.evaluate.spread(len(dev), 12)]
+  assert collections.Counter(ladder_data.LadderTask.stratum(e) for e in subset) == {
+      k: 2 for k in range(2, 8)}
+  summary = loop.run(config, str(tmp_path))
+  assert summary["test_size"] == 24
+  for phase in ("sft", "rl"):
+    assert 0.0 <= summary[f"{phase}_test_accuracy"] <= 1.0
+    assert sorted(summary[f"{phase}_test_accuracy_by_stratum"]) == [str(k) for k in range(2, 8)]
+    assert summary["evals"][f"{phase}_test"]["greedy"]["accuracy"] == (
+        summary[f"{phase}_test_accuracy"])
+  timing = ("seconds", "evals")
+  same = {k: v for k, v in summary.items() if "test" not in k and not k.endswith(timing)}
+  assert same == {k: v for k, v in default.items() if not k.endswith(timing)}
+  assert summary["evals"]["rl"] == default["evals"]["rl"]
+  # RL's periodic evaluations (steps 2 and 4): 12 dev problems; the final greedy and sampled
+  # dev evaluations: all 36; the test evaluations of the SFT and RL policies: 24.
+  assert sizes.count(12) == config.rl.steps // config.rl.eval_every
+  assert sizes.count(24) == 2 and sizes.count(36) >= 2 and set(sizes) == {12, 24, 36}
+  drop = ("time", "step_seconds")
+  records = lambda d: [{k: v for k, v in json.loads(line).items() if k not in drop}
+                       for line in open(d / "metrics.jsonl") if '"rl"' in line]
+  train = lambda recs: [{k: v for k, v in r.items() if not k.startswith("heldout")} for r in recs]
+  assert train(records(tmp_path)) == train(records(default_dir))
+  with pytest.raises(config_check.ConfigError, match=r"config.rl.eval_subset=40: expected at "
+                     r"most the dev set's config.task.eval_size=36"):
+    config.rl.eval_subset = 40
+    config_check.check(config)
 
 
 def test_ladder_config_variants():

@@ -69,7 +69,11 @@ def base() -> ml_collections.ConfigDict:
       name="chain_sum",
       options=ml_collections.ConfigDict(dict(min_terms=2, max_terms=2, min_digits=1,
                                              max_digits=2, allow_negation=False)),
-      train_size=20000, eval_size=500, demo_noise=0.0,
+      # eval_size: the held-out (dev) set, on which every choice of settings is made, and which
+      # the summary's accuracies (rl_accuracy, sft_accuracy, ...) report. test_size > 0 adds a
+      # test set for the result tables only (summary.json: rl_test_accuracy,
+      # sft_test_accuracy), disjoint from dev and train; 0 (default) = none.
+      train_size=20000, eval_size=500, test_size=0, demo_noise=0.0,
       # Each prompt as the user turn of the tokenizer's chat template (instruct checkpoints).
       chat_template=False,
       # How the scorer finds the answer in a completion: 'first_line' or 'last_number'
@@ -109,7 +113,11 @@ def base() -> ml_collections.ConfigDict:
       steps=100, prompts_per_step=32, group_size=8, advantage="grpo",
       advantage_options=ml_collections.ConfigDict(), loss="ppo", clip_low=0.2, clip_high=0.2,
       clip_ratio_c=3.0, kl_coef=0.0, kl_kind="k3", aggregation="token-mean", sft_coef=0.0,
-      eval_every=25, optim=optim_config(1e-4),
+      # eval_every: a greedy dev evaluation every that many steps (metrics heldout_accuracy,
+      # heldout_step_error_rate); eval_subset N > 0: on N dev problems only, evenly spaced
+      # through the dev list (the ladder's: N/6 per stratum; cheaper; 0 = all). The final
+      # evaluations always use the whole dev set (and the test set).
+      eval_every=25, eval_subset=0, optim=optim_config(1e-4),
       # Reward components (rl_jax.rewards.REWARDS) and weights (() = all 1).
       rewards=("task_score",), reward_weights=(),
       # Every reward call is contained (rl_jax/rewards/contained.py): past reward_timeout seconds
@@ -151,9 +159,10 @@ def base() -> ml_collections.ConfigDict:
       # component exceeds success_threshold.
       success_threshold=0.5,
       # V0.5 (rl_jax/rl/advantages/v05.py, ALGORITHMS.md §4.2, reconstructed [R]): advantage='v05'.
-      # prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0'); n0 = group_size
-      # rollouts first; the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial'
-      # exact tail) at level alpha; rejected prompts get their group doubled up to n_max rows
+      # prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0' | 'oracle', the last
+      # Monte Carlo rates of the current policy: value.oracle); n0 = group_size rollouts first;
+      # the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial' exact tail) at
+      # level alpha; rejected prompts get their group doubled up to n_max rows
       # (extra rounds, within max_gen_rounds and the batch's rows); fusion 'variance' (w =
       # Var/(Var+sigma0_sq)) or 'beta' (pseudo-count κ = p0(1-p0)/sigma0_sq - 1); sigma0_sq > 0
       # overrides the prior's own error variance; scale_by_std: A = (r - b)/std as GRPO.
@@ -194,7 +203,10 @@ def base() -> ml_collections.ConfigDict:
           oprl_baseline="rloo")),
       # TreePO (rl_jax/sampling/treepo.py): segments of segment_len tokens, first_width paths
       # from the prompt, each live path becomes `branches` paths at a boundary (G leaves).
-      treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2)),
+      # segment: 'fixed' (segment_len tokens, the reference) or 'newline' (a segment ends at the
+      # first newline token: forks at the task's step boundaries; segment_len unused).
+      treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2,
+                                            segment="fixed")),
       # APRIL partial rollouts (rl_jax/rollout/april.py, ALGORITHMS.md §7): launch `groups` groups
       # per step (0 = 2 x prompts_per_step), stop decoding once prompts_per_step of them are
       # complete, carry the rest (tokens, log-probs, per-token policy versions) into the next
@@ -264,6 +276,10 @@ def base() -> ml_collections.ConfigDict:
       min_attempts=1, sigma0_sq=0.01, estimate_sigma0=True, sigma0_sq_floor=1e-3,
       optim=optim_config(1e-3, weight_decay=0.01),
       calib_prompts=256, calib_samples=8))))
+  # The 'oracle' prior (rl_jax/value/priors.py; name it in rl.allocator_prior or rl.v05.prior):
+  # each prompt's success rate under the current policy from mc_samples fresh samples at the
+  # rollout temperature, reported as oracle/mc_tokens and never counted as rollout tokens.
+  c.value.oracle = ml_collections.ConfigDict(dict(mc_samples=16))
   c.mesh = ml_collections.ConfigDict(dict(shape=(1, 1, 1)))
   c.checkpoint = ml_collections.ConfigDict(dict(every=50, max_to_keep=2))
   # experiments/aot.py (compiling every phase for a TPU topology): prompt_len P of the compiled

@@ -24,6 +24,14 @@ GRPO (experiments/README.md, "The proving ground"). The task is built so that me
   10 warmup steps, cosine to 0.1; 75 steps of 32 prompts. The budget is sized so GRPO does not
   saturate: held-out accuracy is still rising when it ends.
 
+Dev and test: the 1,200 held-out problems are the dev set (every choice of settings is made on
+it; summary.json's rl_accuracy etc.). `--config.task.test_size=1200` adds a disjoint test set for
+the result tables (rl_test_accuracy, sft_test_accuracy; train and dev unchanged), and
+`--config.rl.eval_subset=300` runs the periodic evaluations on 50 dev problems per stratum. The
+oracles that bound each method family: `rl.process_reward=oracle` (with rl.process.alpha), the
+prior `oracle` (rl.allocator_prior / rl.v05.prior; value.oracle.mc_samples) and
+`rl.treepo.segment=newline` (experiments/README.md, "Dev and test sets, and the oracles").
+
 Seeds: one SFT policy for every training seed (`sft.seed = 0`, the way RL papers start every seed
 from one base model), so `--config.seed=S` varies RL alone; `--config.sft.seed=-1` gives each seed
 its own SFT (the spread then includes SFT's, std 0.036 over 3 seeds).

@@ -1,7 +1,8 @@
 """The proving ground: multi-step integer chains answered as a checked scratchpad.
 
 Problems are reasoning-gym `chain_sum` expressions of 2 to 7 terms (one- or two-digit operands,
-`+`/`-`), drawn per number of terms (a *stratum*) so the held-out set is stratified. A completion
+`+`/`-`), drawn per number of terms (a *stratum*) so the held-out (dev) set, and the test set
+when there is one, are stratified. A completion
 is a scratchpad, one line per step, then the final answer on its own line::
 
     17+8-5 =          (prompt: reasoning-gym's question text)
@@ -161,14 +162,21 @@ class LadderTask(SplitTask):
   `train_size` are divided evenly over the strata (the first strata take the remainder). Train is
   ordered by stratum; the RL and SFT phases draw from it uniformly.
 
+  The held-out set is the *dev* set (every choice of settings is made on it); `test_size` > 0
+  adds a stratified test set for the result tables, divided over the strata as `eval_size` is
+  and disjoint from dev and train (`ReasoningGymTask`: its own seed range, so train and dev are
+  the same with or without it).
+
   Args:
     name: registry name (unused; 'ladder').
     options: `LADDER_OPTIONS` keys; missing ones take `DEFAULT_OPTIONS`.
-    seed, train_size, eval_size: as for `ReasoningGymTask`.
+    seed, train_size, eval_size, test_size: as for `ReasoningGymTask`.
   """
 
+  takes_test_size = True
+
   def __init__(self, name: str, options: Mapping[str, Any] | None, seed: int, train_size: int,
-               eval_size: int):
+               eval_size: int, test_size: int = 0):
     del name
     opts = dict(options or {})
     unknown = sorted(set(opts) - set(LADDER_OPTIONS))
@@ -182,21 +190,24 @@ class LadderTask(SplitTask):
                        "with 2 <= min_terms <= max_terms")
     train_size = tasks.check_positive("train_size", train_size)
     eval_size = tasks.check_positive("eval_size", eval_size)
+    test_size = tasks.check_non_negative("test_size", test_size)
     self.strata = tuple(range(lo, hi + 1))
     if eval_size < len(self.strata) or train_size < len(self.strata):
       raise ValueError(f"train_size={train_size} and eval_size={eval_size} must each be at least "
                        f"the number of strata ({len(self.strata)}: {lo} to {hi} terms)")
     self.seed = seed
-    self._train, self._heldout, self._tasks = [], [], {}
+    self._train, self._heldout, self._test, self._tasks = [], [], [], {}
     for j, k in enumerate(self.strata):
       share = lambda size: size // len(self.strata) + (j < size % len(self.strata))
       sub = tasks.ReasoningGymTask(
           "chain_sum", dict(min_terms=k, max_terms=k, min_digits=self.options["min_digits"],
                             max_digits=self.options["max_digits"], allow_negation=False),
-          seed=_stratum_seed(seed, k), train_size=share(train_size), eval_size=share(eval_size))
+          seed=_stratum_seed(seed, k), train_size=share(train_size), eval_size=share(eval_size),
+          test_size=share(test_size))
       self._tasks[k] = sub
       self._train += sub.train
       self._heldout += sub.heldout
+      self._test += sub.test
 
   @staticmethod
   def stratum(example: TaskExample) -> int:

@@ -1,7 +1,10 @@
-"""Verifiable tasks: reasoning-gym adapter, train/held-out split, noisy demonstrations.
+"""Verifiable tasks: reasoning-gym adapter, train/dev/test split, noisy demonstrations.
 
-A task turns a procedural generator into two lists of `TaskExample` (train and held-out, with no
-held-out prompt text in train) and a binary scorer that never raises.
+A task turns a procedural generator into lists of `TaskExample` (train, held-out and, optionally,
+test; no held-out or test prompt text in train) and a binary scorer that never raises. The
+held-out set is the *dev* set: every choice of settings (a method, a hyper-parameter) is made on
+it. The test set (`test_size` > 0, off by default) is for the result tables only; it is drawn
+from its own seed range, so turning it on changes neither the train nor the dev set.
 
 For `chain_sum` this module also defines the *dropped-carry* error used by the default experiment:
 supervised demonstrations whose answer forgets the carry (or borrow) out of the units column with
@@ -22,8 +25,9 @@ import numpy as np
 import reasoning_gym
 from reasoning_gym.factory import DATASETS as _RG_DATASETS
 
-# Held-out and train items come from two reasoning-gym seeds this far apart. reasoning-gym seeds
-# item i with `seed + i`, so the two index ranges never meet while fewer than this many are drawn.
+# Held-out, train and test items come from three reasoning-gym seeds this far apart (test at twice
+# the offset). reasoning-gym seeds item i with `seed + i`, so the index ranges never meet while
+# fewer than this many are drawn.
 _TRAIN_SEED_OFFSET = 2**30
 # At most `_DRAW_FACTOR * n + _DRAW_SLACK` draws are made to collect n kept items.
 _DRAW_FACTOR = 4
@@ -81,6 +85,11 @@ def _seeds(seed: int) -> tuple[int, int]:
   return base, base + _TRAIN_SEED_OFFSET
 
 
+def _test_seed(seed: int) -> int:
+  """The test set's reasoning-gym seed: past the train range (`_seeds`)."""
+  return _seeds(seed)[0] + 2 * _TRAIN_SEED_OFFSET
+
+
 def check_positive(name: str, value: Any) -> int:
   """`value` as an int; a ValueError naming `name` unless it is a positive integer."""
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
@@ -88,11 +97,23 @@ def check_positive(name: str, value: Any) -> int:
   return int(value)
 
 
+def check_non_negative(name: str, value: Any) -> int:
+  """`value` as an int; a ValueError naming `name` unless it is an integer >= 0."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+    raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+  return int(value)
+
+
 class SplitTask:
-  """A task's fixed train and held-out example lists (set `_train` / `_heldout`)."""
+  """A task's fixed train, held-out (dev) and test example lists (set `_train` / `_heldout`,
+  and `_test` when the task has a test set)."""
 
   _train: List[TaskExample]
   _heldout: List[TaskExample]
+  _test: List[TaskExample] = []
+  # Whether the constructor takes `test_size` (`make_task` refuses config.task.test_size > 0
+  # for a task that does not).
+  takes_test_size = False
 
   @property
   def train(self) -> List[TaskExample]:
@@ -100,7 +121,13 @@ class SplitTask:
 
   @property
   def heldout(self) -> List[TaskExample]:
+    """The dev set: the problems every choice of settings is made on."""
     return self._heldout
+
+  @property
+  def test(self) -> List[TaskExample]:
+    """The test set, for the result tables only ([] when the task has none)."""
+    return self._test
 
 
 class ReasoningGymTask(SplitTask):
@@ -109,7 +136,9 @@ class ReasoningGymTask(SplitTask):
   The held-out set is `eval_size` *distinct* prompts drawn from one seed; the train set is
   `train_size` draws from a disjoint seed range with every held-out prompt text dropped (draws
   continue until `train_size` are kept). Train keeps repeats, so it follows the task's own
-  distribution minus the held-out prompts. Both are deterministic functions of
+  distribution minus the held-out prompts. With `test_size` > 0, a test set of that many
+  distinct prompts is drawn from a third seed range, none of them held-out or train prompts (so
+  train and held-out are the same with or without it). All are deterministic functions of
   (name, options, seed, sizes).
 
   Args:
@@ -121,10 +150,14 @@ class ReasoningGymTask(SplitTask):
     answer_extraction: how `score` finds the answer in a completion, a key of
       `ANSWER_EXTRACTIONS`: 'first_line' (the default; short-answer tasks) or 'last_number'
       (chain-of-thought completions of numeric tasks such as gsm_symbolic).
+    test_size: number of distinct test examples (>= 0; 0 = no test set).
   """
 
+  takes_test_size = True
+
   def __init__(self, name: str, options: Mapping[str, Any] | None, seed: int,
-               train_size: int, eval_size: int, answer_extraction: str = "first_line"):
+               train_size: int, eval_size: int, answer_extraction: str = "first_line",
+               test_size: int = 0):
     if answer_extraction not in ANSWER_EXTRACTIONS:
       raise ValueError(f"answer_extraction (config.task.answer_extraction) must be one of "
                        f"{list(ANSWER_EXTRACTIONS)}, got {answer_extraction!r}")
@@ -137,6 +170,7 @@ class ReasoningGymTask(SplitTask):
           f"include {sorted(_RG_DATASETS)[:10]} ... ({len(_RG_DATASETS)} in all)")
     train_size = check_positive("train_size", train_size)
     eval_size = check_positive("eval_size", eval_size)
+    test_size = check_non_negative("test_size", test_size)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
       raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     self.name = name
@@ -161,8 +195,23 @@ class ReasoningGymTask(SplitTask):
     if len(self._train) < train_size:
       logging.warning("%s: only %d of train_size=%d train examples after de-duplication",
                       name, len(self._train), train_size)
+    self._test = self._test_set(test_size, exclude)
     # Scoring only needs one dataset object; its seed is irrelevant to `score_answer`.
     self._scorer = heldout_ds
+
+  def _test_set(self, size: int, heldout: frozenset) -> List[TaskExample]:
+    """`size` distinct prompts of the test seed range, none in held-out or train."""
+    if not size:
+      return []
+    ds = self._dataset(_test_seed(self.seed), _max_draws(size))
+    test = _collect(ds, size, distinct=True,
+                    exclude=heldout | frozenset(ex.prompt for ex in self._train))
+    if len(test) < size:
+      raise ValueError(
+          f"test_size={size} (config.task.test_size) is larger than the number of distinct "
+          f"{self.name!r} problems with options {self.options} outside the held-out and train "
+          f"sets: found {len(test)} in {len(ds)} draws")
+    return test
 
   def _dataset(self, seed: int, size: int):
     try:
@@ -298,18 +347,27 @@ TASKS: Dict[str, Callable[..., ReasoningGymTask]] = {
 
 
 def make_task(name: str, options: Mapping[str, Any] | None, seed: int, train_size: int,
-              eval_size: int, answer_extraction: str = "first_line") -> ReasoningGymTask:
+              eval_size: int, answer_extraction: str = "first_line",
+              test_size: int = 0) -> ReasoningGymTask:
   """Builds the task a config names (config.task.name, config.task.options, ...).
 
   `answer_extraction` other than 'first_line' is passed on to reasoning-gym tasks only (other
-  builders, such as 'jsonl', have their own answer format and raise a ValueError).
+  builders, such as 'jsonl', have their own answer format and raise a ValueError). So is
+  `test_size` > 0 (config.task.test_size: reasoning-gym tasks and the ladder have a test set).
   """
   builder = TASKS.get(name, ReasoningGymTask)
+  test = {}
+  if test_size:
+    if not getattr(builder, "takes_test_size", False):
+      raise ValueError(f"config.task.test_size={test_size!r}: task {name!r} has no test set; "
+                       "expected 0 (reasoning-gym tasks and 'ladder' take a test_size)")
+    test = {"test_size": test_size}
   if answer_extraction == "first_line":
-    return builder(name, options, seed, train_size, eval_size)
+    return builder(name, options, seed, train_size, eval_size, **test)
   if not (isinstance(builder, type) and issubclass(builder, ReasoningGymTask)):
     raise ValueError(f"config.task.answer_extraction={answer_extraction!r} applies to "
                      f"reasoning-gym tasks only; task {name!r} takes its answer from the first "
                      "line (set 'first_line')")
   return builder(name, options, seed, train_size, eval_size,
-                 answer_extraction=answer_extraction)
+                 answer_extraction=answer_extraction, **test)
+

@@ -61,6 +61,11 @@ def pav(rewards: Array, valid: Array, *, outcome_adv: Array, step_rewards: Array
   return _finish(adv, valid, mask)
 
 
+# 'oracle' (`value.prm.oracle`): PAV with a perfect prover, the true step labels' progress in
+# `step_rewards`; the estimator is PAV's.
+PROCESS_ADVANTAGES.register("oracle")(pav)
+
+
 def _group_n(valid: Array) -> Array:
   return jnp.sum(valid, axis=1, keepdims=True).astype(jnp.float32)
 

@@ -17,7 +17,8 @@ the same adapter as a ragged one; with every n_b = G_max = G the two are the sam
   restricted to them. `rollout_tokens` counts the whole forest; `tree_kept_tokens` the distinct
   tokens on the kept leaves' paths (what decoding only the kept subtree would cost).
 * 'treepo': TreePO's tree with a budget of n_b leaves in G_max slots; `rollout_tokens` counts
-  each shared prefix once.
+  each shared prefix once. `rl.treepo.segment='newline'` cuts its segments at the tokenizer's
+  newline tokens (`newline_ids`), the task's step boundaries.
 * 'echo': an ECHO entropy-confidence tree of G leaves per prompt (uniform requests only).
 * 'arrol': ceil(oversample·G) rows per prompt pruned to G at a checkpoint by the run's online
   quality head (the companion 'arrol', `value.quality_head.ArrolRun`), which then trains on the
@@ -31,6 +32,7 @@ are gathered, so the host-side logic sees the same batch everywhere.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional
 
 import jax
@@ -44,6 +46,7 @@ from rl_jax.rollout.requests import Requests, StepContext
 from rl_jax.sampling import arrol, echo, eptree, latr, treepo
 from rl_jax.sampling import engines as sampling_engines
 from rl_jax.types import Rollout
+from rl_jax.value.prm import segments
 
 ENGINES = Registry("rollout engine")
 FIELDS = ("tokens", "mask", "logp")
@@ -240,15 +243,24 @@ def eptree_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
       "tree_kept_tokens": kept_tokens(tree, fields["mask"], group), **host})
 
 
+@functools.lru_cache(maxsize=4)
+def newline_ids(tokenizer) -> tuple[int, ...]:
+  """Every token id whose text holds a newline (`value.prm.segments.delimiter_ids`; read once
+  per tokenizer)."""
+  return segments.delimiter_ids(tokenizer, "\n")
+
+
 @ENGINES.register("treepo")
 def treepo_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
   """A TreePO tree with a budget of n_b leaves per prompt in G_max slots."""
   del rng
   exp, ids, counts = ctx.exp, requests.prompt_ids, requests.counts
   gm = requests_lib.max_group_size(ctx.config)
+  lines = ctx.config.rl.treepo.segment == "newline"
+  opts = treepo.TreePOOptions.from_config(ctx.config, newline_ids(exp.tokenizer) if lines else ())
   out = treepo.treepo_rollout(ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids],
-                              key, options=treepo.TreePOOptions.from_config(ctx.config),
-                              group=gm, budgets=counts, **exp.sampler_kwargs())
+                              key, options=opts, group=gm, budgets=counts,
+                              **exp.sampler_kwargs())
   keep = requests_lib.block_rows(counts, gm)
   fields = dict(tokens=out.tokens[keep], mask=out.mask[keep], logp=out.logp[keep],
                 tree=eptree.restrict(out.tree, keep))

@@ -15,6 +15,14 @@ its draws are discarded. Token t of a segment in slot s is drawn with
 fold_in(fold_in(fold_in(rng, segment), s), t) (`decode.draw_rows`), so siblings differ. The
 orchestration (which slot forks from which) runs on the host between segments.
 
+Segments at step boundaries (`segment='newline'`, an rl_jax option [R]; the reference cuts
+fixed-length segments): a segment ends at the first newline token (`TreePOOptions.delimiters`,
+every token whose text holds a newline), at EOS or at the length limit, so every fork happens at
+the start of a line: a step of the ladder's scratchpad, the task's own unit of reasoning. Paths
+then have different lengths at a boundary, so each slot writes its own cache slot (a per-row
+`KVCache.index`; a slot that has ended its segment writes nothing while the others finish
+theirs); the tree may hold up to T segments per path.
+
 Simplifications against the reference [R]: the first width is fixed (the reference draws it in
 [2, 8]); there is no depth cap beyond T / segment_len; and when a prompt's paths all end before
 its budget is used, the missing leaves are copies of its first leaf (as EPTree's fill does), not
@@ -31,31 +39,46 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_jax import models
-from rl_jax.sampling.decode import decode_loop
+from rl_jax.sampling.decode import decode_loop, draw_rows
 from rl_jax.sampling.eptree import incidence
 from rl_jax.sampling.strategies import Sampling
 from rl_jax.types import Tree
 
 
+SEGMENTS = ("fixed", "newline")
+
+
 @dataclasses.dataclass(frozen=True)
 class TreePOOptions:
-  """segment_len: tokens per segment (the reference: 512). first_width: paths started from the
-  prompt. branches: paths each live path becomes at a boundary (the reference: 2)."""
+  """segment_len: tokens per segment (the reference: 512; 'fixed' only). first_width: paths
+  started from the prompt. branches: paths each live path becomes at a boundary (the reference:
+  2). segment: where a segment ends: 'fixed' (every segment_len tokens, the reference) or
+  'newline' (at the first token in `delimiters`: step boundaries, module docstring); EOS and
+  the length limit end either. delimiters: the newline token ids ('newline' only; the rollout
+  engine reads them from the tokenizer)."""
 
   segment_len: int = 8
   first_width: int = 2
   branches: int = 2
+  segment: str = "fixed"
+  delimiters: tuple = ()
 
   @classmethod
-  def from_config(cls, config) -> "TreePOOptions":
-    """`config.rl.treepo` -> TreePOOptions."""
+  def from_config(cls, config, delimiters=()) -> "TreePOOptions":
+    """`config.rl.treepo` -> TreePOOptions (`delimiters`: the tokenizer's newline ids, kept
+    for segment='newline')."""
     c = config.rl.treepo
-    return cls(segment_len=c.segment_len, first_width=c.first_width, branches=c.branches)
+    return cls(segment_len=c.segment_len, first_width=c.first_width, branches=c.branches,
+               segment=c.segment,
+               delimiters=tuple(int(i) for i in delimiters) if c.segment == "newline" else ())
 
   def __post_init__(self):
     for name in ("segment_len", "first_width", "branches"):
       if getattr(self, name) < 1:
         raise ValueError(f"config.rl.treepo.{name} must be >= 1, got {getattr(self, name)}")
+    if self.segment not in SEGMENTS:
+      raise ValueError(f"config.rl.treepo.segment={self.segment!r}; expected one of "
+                       f"{list(SEGMENTS)}")
 
 
 @dataclasses.dataclass
@@ -101,6 +124,40 @@ def _segment(params, cache, logits, src, limits, rng, *, cfg: models.ModelConfig
   return out, cache, logits
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "strategy", "max_len", "eos_id", "pad_id"))
+def _line_segment(params, cache, logits, src, limits, delimiters, rng, *,
+                  cfg: models.ModelConfig, strategy: Sampling, max_len: int, eos_id: int,
+                  pad_id: int):
+  """segment='newline': slots take the rows `src` [S] (forks, per-row cache index included);
+  row s then decodes until a token in `delimiters`, EOS or limits[s] tokens (0 = idle: nothing),
+  feeding each token at its own next cache slot; a row that has ended writes nothing (its slot
+  and position stay). Returns ((tokens, mask, logp) [S, max_len], cache, next-token logits)."""
+  cache, logits = cache.take_rows(src).replace(index=cache.index[src]), logits[src]
+  s = logits.shape[0]
+  rows = jnp.arange(s)
+
+  def body(state):
+    t, cache, logits, done, (toks, masks, logps) = state
+    tok, logp, _ = draw_rows(strategy, logits, rng, rows, jnp.full((s,), t))
+    live = ~done
+    tok = jnp.where(live, tok, pad_id)
+    hidden, fed = models.extend(cfg, params, cache, tok[:, None], live[:, None])
+    cache = fed.replace(index=jnp.where(live, fed.index, cache.index))
+    logits = jnp.where(live[:, None], models.logits_from_hidden(cfg, params, hidden[:, 0]),
+                       logits)
+    out = (toks.at[:, t].set(tok), masks.at[:, t].set(live),
+           logps.at[:, t].set(jnp.where(live, logp, 0.0)))
+    done = done | (tok == eos_id) | jnp.isin(tok, delimiters) | (t + 1 >= limits)
+    return t + 1, cache, logits, done, out
+
+  bufs = (jnp.full((s, max_len), pad_id, jnp.int32), jnp.zeros((s, max_len), bool),
+          jnp.zeros((s, max_len), jnp.float32))
+  _, cache, logits, _, out = jax.lax.while_loop(
+      lambda state: (state[0] < max_len) & ~jnp.all(state[3]), body,
+      (jnp.int32(0), cache, logits, limits <= 0, bufs))
+  return out, cache, logits
+
+
 def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax.Array, *,
                    cfg: models.ModelConfig, strategy: Sampling, options: TreePOOptions,
                    group: int, max_new_tokens: int, eos_id: int,
@@ -120,18 +177,27 @@ def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
     raise ValueError(f"treepo_rollout: budgets must be {b} leaf counts in [1, group={group}], "
                      f"got {budget.tolist()}")
   s = b * group
-  seg = min(o.segment_len, t_max)
-  n_seg = -(-t_max // seg)
+  lines = o.segment == "newline"
+  if lines and not o.delimiters:
+    raise ValueError("config.rl.treepo.segment='newline' needs the newline token ids "
+                     "(TreePOOptions.delimiters); the tokenizer has none")
+  # 'newline': a segment is at least one token, so a path has at most T of them.
+  seg = t_max if lines else min(o.segment_len, t_max)
+  n_seg = t_max if lines else -(-t_max // seg)
   n_nodes = 1 + group * n_seg
   prompt_of = np.repeat(np.arange(b), group)
   # Boundary feeds use one slot per segment: P + (segments - 1) · seg + T ... <= P + T + seg.
-  cache_size = p + n_seg * seg
+  # 'newline': every row writes its own tokens only, P + T.
+  cache_size = p + t_max if lines else p + n_seg * seg
   big = dataclasses.replace(cfg, max_seq_len=max(cfg.max_seq_len, cache_size))
   if p + t_max > cfg.max_seq_len:
     raise ValueError(f"prompt length {p} + max_new_tokens {t_max} exceeds "
                      f"ModelConfig.max_seq_len={cfg.max_seq_len}")
   cache, logits = _start(params, jnp.asarray(prompt), jnp.asarray(prompt_mask), cfg=big,
                          group=group, cache_size=cache_size)
+  if lines:  # Per-row write slots: paths reach a boundary at different lengths.
+    cache = cache.replace(index=jnp.full((s,), cache.index, jnp.int32))
+    delimiters = jnp.asarray(o.delimiters, jnp.int32)
   tokens = np.full((s, t_max), pad_id, np.int32)
   mask = np.zeros((s, t_max), bool)
   logp = np.zeros((s, t_max), np.float32)
@@ -145,28 +211,40 @@ def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
   used = (slot < np.minimum(o.first_width, budget[prompt_of])) & allowed
   live = used.copy()
   src = np.arange(s)
+  length = np.zeros(s, np.int64)  # completion tokens each slot holds
   decode_tokens = 0
   for k in range(n_seg):
-    pos = k * seg
-    width = min(seg, t_max - pos)
     for i in np.flatnonzero(live):  # Each live path's next segment is a new node.
       pb = prompt_of[i]
       n = n_used[pb]
       n_used[pb] += 1
       parent[pb, n], depth[pb, n] = cur[i], depth[pb, cur[i]] + 1
       cur[i] = n
-    limits = np.where(live, width, 1).astype(np.int32)
-    out, cache, logits = _segment(params, cache, logits, jnp.asarray(src), jnp.asarray(limits),
-                                  jax.random.fold_in(rng, k), cfg=big, strategy=strategy,
-                                  segment_len=seg, eos_id=eos_id, pad_id=pad_id)
-    o_tok, o_mask, o_logp = (np.asarray(x)[:, :width] for x in (out.tokens, out.mask, out.logp))
+    key = jax.random.fold_in(rng, k)
+    if lines:
+      limits = np.where(live, t_max - length, 0).astype(np.int32)
+      (o_tok, o_mask, o_logp), cache, logits = _line_segment(
+          params, cache, logits, jnp.asarray(src), jnp.asarray(limits), delimiters, key,
+          cfg=big, strategy=strategy, max_len=t_max, eos_id=eos_id, pad_id=pad_id)
+    else:  # Every live row is at k · seg tokens.
+      width = min(seg, t_max - k * seg)
+      limits = np.where(live, width, 1).astype(np.int32)
+      out, cache, logits = _segment(params, cache, logits, jnp.asarray(src),
+                                    jnp.asarray(limits), key, cfg=big, strategy=strategy,
+                                    segment_len=seg, eos_id=eos_id, pad_id=pad_id)
+      o_tok, o_mask, o_logp = (x[:, :width] for x in (out.tokens, out.mask, out.logp))
+    o_tok, o_mask, o_logp = (np.asarray(x) for x in (o_tok, o_mask, o_logp))
     rows = np.flatnonzero(live)
-    tokens[rows, pos:pos + width] = o_tok[rows]
-    mask[rows, pos:pos + width] = o_mask[rows]
-    logp[rows, pos:pos + width] = o_logp[rows]
-    node_of[rows, pos:pos + width] = np.where(o_mask[rows], cur[rows, None], 0)
+    # A row's segment is a prefix of its output row (the mask ends at EOS or the boundary).
+    r_idx, c_idx = np.nonzero(o_mask[rows])
+    at_row, at_col = rows[r_idx], length[rows][r_idx] + c_idx
+    tokens[at_row, at_col] = o_tok[rows][r_idx, c_idx]
+    mask[at_row, at_col] = True
+    logp[at_row, at_col] = o_logp[rows][r_idx, c_idx]
+    node_of[at_row, at_col] = cur[at_row]
+    length[rows] += o_mask[rows].sum(1)
     decode_tokens += int(o_mask[rows].sum())
-    ended = (o_tok[rows] == eos_id).any(1) | (pos + width >= t_max)
+    ended = (o_tok[rows] == eos_id).any(1) | (length[rows] >= t_max)
     live[rows[ended]] = False
     if not live.any():
       break
@@ -180,7 +258,7 @@ def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
             break
           c = free.pop(0)
           src[c], used[c], live[c], cur[c] = i, True, True, cur[i]
-          end = pos + width
+          end = length[c] = length[i]
           tokens[c, :end], mask[c, :end] = tokens[i, :end], mask[i, :end]
           logp[c, :end], node_of[c, :end] = logp[i, :end], node_of[i, :end]
   filled = ~used

@@ -1,9 +1,10 @@
 """Run companions: per-method state that outlives an RL step, behind one small interface.
 
 A companion is what a method keeps across steps and checkpoints: the rollout history, APRIL's
-carried groups, V0's online prior, ARRoL's quality head, the process-reward scorer (and its
-online PRM). The RL phase (`train.phases.rl`) builds every companion the config turns on
-(`build`) and calls the same hooks on each, never naming a method:
+carried groups, V0's online prior, the oracle prior's Monte Carlo estimator, ARRoL's quality
+head, the process-reward scorer (and its online PRM). The RL phase (`train.phases.rl`) builds
+every companion the config turns on (`build`) and calls the same hooks on each, never naming a
+method:
 
 * `load_meta(meta)` / `meta()`: state that rides in the RL checkpoint's JSON meta (atomic with
   the policy), so a resumed run continues exactly;
@@ -32,7 +33,7 @@ from rl_jax import parallel, workdir
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.registry import Registry
 from rl_jax.rollout import april
-from rl_jax.value import quality_head
+from rl_jax.value import priors, quality_head
 from rl_jax.value.history import RolloutHistory
 from rl_jax.value.prm import process
 from rl_jax.value.v0 import run as run_v0
@@ -170,6 +171,28 @@ class Arrol(_Holding):
   'arrol' engine, which trains it on every round's survivors."""
 
 
+class Oracle(Companion):
+  """The 'oracle' prior's Monte Carlo estimator (`value.priors.OracleMC`), read by the prior
+  registry's 'oracle' entry; its samples are reported per step (`oracle/mc_tokens`,
+  `oracle/mc_rows`), never as rollout tokens. It keeps no state across steps but the step,
+  which the phase's start step and `after_step` give."""
+
+  def __init__(self, mc):
+    self.mc = mc
+
+  def rollout_state(self):
+    return self.mc
+
+  def after_rollout(self, batch, rewards, params):
+    del rewards, params
+    return batch, self.mc.take_counts()
+
+  def after_step(self, params, step):
+    del params
+    self.mc.start_step(step + 1)
+    return {}
+
+
 class Process(Companion):
   """Per-step rewards in the RL batch (`value.prm.process.ProcessScorer`, config.rl.
   process_reward); an online PRM (prime, oprl) is checkpointed beside the policy."""
@@ -209,6 +232,12 @@ def _history(exp, sft_params, start_step, built):
 def _v0(exp, sft_params, start_step, built):
   del sft_params, start_step
   return V0(run_v0.RunV0.create(exp), built["history"]) if run_v0.wanted(exp.config) else None
+
+
+@COMPANIONS.register("oracle")
+def _oracle(exp, sft_params, start_step, built):
+  del sft_params, built
+  return Oracle(priors.OracleMC(exp, start_step)) if priors.uses(exp.config, "oracle") else None
 
 
 @COMPANIONS.register("april")

@@ -25,7 +25,7 @@ from rl_jax.rl import advantages, allocation, losses
 from rl_jax.rollout import checks as rollout_checks
 from rl_jax.rollout import engines as rollout_engines
 from rl_jax.rollout import rules
-from rl_jax.sampling import arrol, echo_rules, engines
+from rl_jax.sampling import arrol, echo_rules, engines, treepo
 from rl_jax.value import priors
 from rl_jax.value.prm import process
 from rl_jax.value.v0 import model as v0_model
@@ -166,6 +166,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_nonfinite_in_a_row": _int(1),
     "task.train_size": _int(1),
     "task.eval_size": _int(1),
+    "task.test_size": _int(0),
     "task.demo_noise": _real(0.0, 1.0),
     "tokenizer.vocab_size": _int(1),
     "model.d_model": _int(1),
@@ -196,6 +197,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.kl_coef": _real(0.0),
     "rl.sft_coef": _real(0.0),
     "rl.eval_every": _int(0),
+    "rl.eval_subset": _int(0),
     "rl.num_minibatches": _int(1),
     "rl.num_iterations": _int(1),
     "rl.tis_cap": _real(0.0),
@@ -218,6 +220,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.v05.std_eps": _real(0.0),
     "rl.v05.prior_window": _int(0),
     "rl.v05.prior_pseudo_count": _real(0.0, lo_open=True),
+    "rl.treepo.segment": _one_of(treepo.SEGMENTS),
     "rl.arrol.oversample": _real(1.0),
     "rl.arrol.prune_frac": _real(0.0, 1.0, lo_open=True, hi_open=True),
     "rl.arrol.rule": _one_of(tuple(arrol.KEEP_RULES.names())),
@@ -263,6 +266,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **_optim("value.v0.optim"),
     "value.v0.calib_prompts": _int(1),
     "value.v0.calib_samples": _int(0),
+    "value.oracle.mc_samples": _int(1),
 }
 
 
@@ -296,6 +300,10 @@ def check(config: ml_collections.ConfigDict) -> None:
       if not (_num(t) and t >= 0):
         raise ConfigError(f"config.eval.temperatures={tuple(temps)!r}: expected finite "
                           f"numbers >= 0, got {t!r}")
+  subset, dev = _get(config, "rl.eval_subset"), _get(config, "task.eval_size")
+  if subset is not _MISSING and dev is not _MISSING and subset > dev:
+    raise ConfigError(f"config.rl.eval_subset={subset}: expected at most the dev set's "
+                      f"config.task.eval_size={dev} problems (0 = all of them)")
   v0 = _get(config, "value.v0")
   if v0 is not _MISSING and v0.query_dim % v0.num_heads:
     raise ConfigError(f"config.value.v0.query_dim={v0.query_dim}, config.value.v0.num_heads="

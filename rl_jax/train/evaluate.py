@@ -44,6 +44,14 @@ def correctness(params, prompts: np.ndarray, prompt_mask: np.ndarray, examples, 
   return np.asarray(ok, np.float32).reshape(len(examples), num_samples)
 
 
+def spread(total: int, n: int) -> np.ndarray:
+  """n indices evenly spaced over `total` items, (i · total) // n: a fixed subset that keeps the
+  composition of an ordered list (the ladder's dev set is ordered by stratum: n/strata each)."""
+  if not 0 < n <= total:
+    raise ValueError(f"a subset of {n} of {total} items: expected 0 < n <= total")
+  return (np.arange(n) * total) // n
+
+
 HISTOGRAM_BINS = 10
 
 

@@ -1,5 +1,10 @@
 """The default experiment: SFT warm start -> RL -> held-out evaluation, plus the controls.
 
+The held-out set is the dev set (`summary.json`'s `rl_accuracy`, `sft_accuracy`, ...): every
+choice of settings is made on it. With `config.task.test_size` > 0 the SFT and RL policies are
+also evaluated (greedy) on a disjoint test set, for the result tables only: `sft_test_accuracy`,
+`rl_test_accuracy` (`_test_summary`).
+
     summary = run(config, workdir)
 
 writes `workdir/summary.json`, `run_config.json` (the config), `config_fingerprint.json` (the
@@ -69,7 +74,10 @@ class _Store:
 
 
 def _evaluator(exp: experiment.Experiment):
-  """Returns eval(params, temperature, num_samples) -> dict of results on the held-out set.
+  """Returns eval(params, temperature, num_samples, phase='', split='dev', limit=0) -> dict of
+  results on the dev (held-out) set, or on the test set with split='test'; `limit` N > 0: on N
+  of its problems only, evenly spaced through it (`evaluate.spread`: on the ladder, whose dev
+  set is ordered by stratum, N/strata per stratum).
 
   Every task gets `accuracy` (mean of `task.score`) and `success_rate_histogram` (per-prompt
   success rates over the samples; meaningful with several samples). chain_sum adds the accuracy
@@ -77,23 +85,30 @@ def _evaluator(exp: experiment.Experiment):
   `accuracy_by_stratum`, `step_error_rate` and `first_error_step_mean` (`data.ladder.grade`).
   """
   ev = exp.config.eval
-  heldout = exp.task.heldout
-  carry = (np.array([data.carry_class(e) for e in heldout])
-           if exp.config.task.name == "chain_sum" else None)
+  splits = {"dev": (exp.task.heldout, exp.heldout_prompts, exp.heldout_prompt_mask),
+            "test": (getattr(exp.task, "test", []), exp.test_prompts, exp.test_prompt_mask)}
+  chain_sum = exp.config.task.name == "chain_sum"
   steps = hasattr(exp.task, "check_steps")
   keys = {phase: jax.random.fold_in(exp.root_key(phase), seeds.PHASE_TAGS["eval"])
           for phase in ("sft", "")}
 
-  def run_eval(params, temperature: float, num_samples: int, phase: str = "") -> dict:
+  def run_eval(params, temperature: float, num_samples: int, phase: str = "",
+               split: str = "dev", limit: int = 0) -> dict:
     """`phase="sft"` samples with the SFT seed's key (`experiment.phase_seed`), so the SFT
     policy's evaluation is the same in every run that shares it."""
+    heldout, prompts, prompt_mask = splits[split]
+    batch_size = ev.batch_size
+    if limit:  # A fixed subset; batches no larger than it (padding rows decode too).
+      idx = evaluate.spread(len(heldout), limit)
+      heldout, prompts, prompt_mask = [heldout[i] for i in idx], prompts[idx], prompt_mask[idx]
+      batch_size = min(batch_size, len(heldout) * num_samples)
     key = keys["sft" if phase == "sft" else ""]
     params = models.cast_params(exp.model_cfg, params)  # master weights -> model.param_dtype
     strategy = sampling.Sampling(temperature=temperature)
-    texts = evaluate.completions(params, exp.heldout_prompts, exp.heldout_prompt_mask,
-                                 exp.tokenizer, key, cfg=exp.model_cfg, strategy=strategy,
+    texts = evaluate.completions(params, prompts, prompt_mask, exp.tokenizer, key,
+                                 cfg=exp.model_cfg, strategy=strategy,
                                  max_new_tokens=exp.max_new_tokens, num_samples=num_samples,
-                                 batch_size=ev.batch_size)
+                                 batch_size=batch_size)
     examples = [heldout[i // num_samples] for i in range(len(texts))]
     if steps:
       out = ladder.grade(exp.task, texts, examples)
@@ -103,7 +118,8 @@ def _evaluator(exp: experiment.Experiment):
       out = {"accuracy": float(ok.mean())}
     ok = ok.reshape(len(heldout), num_samples).mean(axis=1)
     out["success_rate_histogram"] = evaluate.success_rate_histogram(ok)
-    if carry is not None:
+    if chain_sum:
+      carry = np.array([data.carry_class(e) for e in heldout])
       out["carry_accuracy"] = float(ok[carry].mean()) if carry.any() else 0.0
       out["no_carry_accuracy"] = float(ok[~carry].mean()) if (~carry).any() else 0.0
     return out
@@ -111,12 +127,13 @@ def _evaluator(exp: experiment.Experiment):
   return run_eval
 
 
-def _periodic(run_eval):
-  """The metrics of a periodic (greedy) evaluation: accuracy, and the step error rate if any."""
+def _periodic(run_eval, limit: int = 0):
+  """The metrics of a periodic (greedy) dev evaluation: accuracy, and the step error rate if
+  any; on `limit` dev problems when > 0 (`config.rl.eval_subset`, `_evaluator`)."""
 
   def periodic(params, step, phase: str = ""):
     del step
-    out = run_eval(params, 0.0, 1, phase)
+    out = run_eval(params, 0.0, 1, phase, limit=limit)
     metrics = {"heldout_accuracy": out["accuracy"]}
     if "step_error_rate" in out:
       metrics["heldout_step_error_rate"] = out["step_error_rate"]
@@ -132,6 +149,27 @@ def _full_eval(exp, run_eval, params, sweep_temperatures: bool, phase: str = "")
   if sweep_temperatures and exp.config.eval.temperatures:
     out["by_temperature"] = {str(t): run_eval(params, t, exp.config.eval.num_samples, phase)
                              for t in exp.config.eval.temperatures}
+  return out
+
+
+def _test_eval(exp, store: _Store, run_eval, key: str, params, phase: str = "") -> None:
+  """The greedy test-set evaluation of `params`, kept in `store` under `key` ({'greedy': ...},
+  as the dev evaluations); nothing without a test set (`config.task.test_size` = 0)."""
+  if exp.test_prompts is not None:
+    store.get(key, lambda: {"greedy": run_eval(params, 0.0, 1, phase, split="test")})
+
+
+def _test_summary(exp, values: dict) -> dict:
+  """The summary's test-set fields (greedy; the dev figures keep their names): test_size,
+  sft_test_accuracy, rl_test_accuracy (and per stratum on the ladder); {} without a test set."""
+  if "rl_test" not in values:
+    return {}
+  out = {"test_size": len(exp.task.test)}
+  for phase in ("sft", "rl"):
+    greedy = values[f"{phase}_test"]["greedy"]
+    out[f"{phase}_test_accuracy"] = greedy["accuracy"]
+    if "accuracy_by_stratum" in greedy:
+      out[f"{phase}_test_accuracy_by_stratum"] = greedy["accuracy_by_stratum"]
   return out
 
 
@@ -177,7 +215,10 @@ def control_steps(config: ml_collections.ConfigDict, prompt_len: int, demo_len: 
 
 def _train_and_evaluate(exp, store: _Store, run_eval, periodic, writer) -> dict:
   """SFT (or init_from), RL and the control with their evaluations (kept in `store`); returns
-  the control's summary fields. Checks for a stop signal after every phase and evaluation."""
+  the control's summary fields. Checks for a stop signal after every phase and evaluation.
+
+  The RL phase's periodic evaluations use `config.rl.eval_subset` dev problems (0 = all); the
+  final ones the whole dev set, and the test set when there is one."""
   config = exp.config
   if config.init_from:
     sft = init_from.load_sft(exp, config.init_from)
@@ -187,11 +228,13 @@ def _train_and_evaluate(exp, store: _Store, run_eval, periodic, writer) -> dict:
   signals.check("the SFT phase")
   store.get("sft", lambda: _full_eval(exp, run_eval, sft.params, True, "sft"))
   store.get("sft_seconds", lambda: sft.train_seconds)
+  _test_eval(exp, store, run_eval, "sft_test", sft.params, "sft")
   signals.check("the SFT evaluation")
-  rl = phases.rl(exp, sft.params, writer, eval_fn=periodic)
+  rl = phases.rl(exp, sft.params, writer, eval_fn=_periodic(run_eval, config.rl.eval_subset))
   signals.check("the RL phase")
   store.get("rl", lambda: _full_eval(exp, run_eval, rl.params, False))
   store.get("rl_seconds", lambda: rl.train_seconds)
+  _test_eval(exp, store, run_eval, "rl_test", rl.params)
   signals.check("the RL evaluation")
   summary = {}
   if config.control.enabled:
@@ -203,6 +246,9 @@ def _train_and_evaluate(exp, store: _Store, run_eval, periodic, writer) -> dict:
     signals.check("the more-SFT control")
     more_eval = store.get("sft_more", lambda: _full_eval(exp, run_eval, more.params, False))
     store.get("sft_more_seconds", lambda: more.train_seconds)
+    _test_eval(exp, store, run_eval, "sft_more_test", more.params)
+    if "sft_more_test" in store.values:
+      summary["sft_more_test_accuracy"] = store.values["sft_more_test"]["greedy"]["accuracy"]
     summary.update(sft_more_accuracy=more_eval["greedy"]["accuracy"],
                    sft_more_sampled_accuracy=more_eval["sampled"]["accuracy"],
                    sft_more_steps=more_steps,
@@ -288,6 +334,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     summary.update(sft_best_temperature_accuracy=by_t[best_t]["accuracy"],
                    sft_best_temperature=float(best_t))
   summary.update(_step_summary(sft_eval, rl_eval))
+  summary.update(_test_summary(exp, store.values))
   summary.update(
       sft_accuracy=sft_eval["greedy"]["accuracy"],
       rl_accuracy=rl_eval["greedy"]["accuracy"],
@@ -303,7 +350,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       sft_train_seconds=store.values["sft_seconds"], rl_train_seconds=store.values["rl_seconds"],
       heldout_size=len(exp.task.heldout), seed=config.seed,
       sft_seed=experiment.sft_seed(config), init_from=config.init_from,
-      evals={k: store.values[k] for k in ("sft", "rl", "sft_more") if k in store.values},
+      evals={k: store.values[k] for k in ("sft", "rl", "sft_more", "sft_test", "rl_test",
+                                          "sft_more_test") if k in store.values},
       **_reward_faults(workdir),
   )
   summary["wall_seconds"] = time.time() - t_start + store.values.get("previous_wall_seconds", 0.0)

@@ -23,14 +23,25 @@ The two simple priors here are ours ([R]: ALGORITHMS.md has no rule for them):
   An unseen prompt gets the `global_mean` prior.
 
 Both read only records of the last `window` policy steps (`config.rl.v05.prior_window`, 0 = all).
+
+The `oracle` prior is the bound the others are measured against: each prompt's success rate
+under the current policy, estimated from `config.value.oracle.mc_samples` = M fresh samples per
+prompt at the rollout temperature (`OracleMC`): p0 = s/M, sigma0^2 = its Monte Carlo variance
+p̃(1-p̃)/M with p̃ = (s+1)/(M+2). Those samples are not rollouts: they never reach the batch or
+the history and are not in `rollout_tokens`; the run companion 'oracle' (`train.companions`)
+holds the `OracleMC` and reports what it spent per step as `oracle/mc_tokens` and
+`oracle/mc_rows`.
 """
 
 from __future__ import annotations
 
 from typing import Mapping, Optional
 
+import jax
 import numpy as np
 
+from rl_jax import parallel, sampling, seeds
+from rl_jax.data.batching import decode_completions
 from rl_jax.registry import Registry
 from rl_jax.value.history import RolloutHistory
 
@@ -41,7 +52,7 @@ def make(name: str, exp, history: RolloutHistory, companions: Optional[Mapping] 
   """The prior registered as `name` for this run (ValueError naming config.rl.v05.prior).
 
   `companions`: the run companions' state by name (`train.companions.rollout_state`); the 'v0'
-  prior reads the run's V0 there."""
+  prior reads the run's V0 there, the 'oracle' prior its `OracleMC`."""
   if name not in PRIORS:
     raise ValueError(f"unknown prior {name!r} (config.rl.v05.prior / config.rl.allocator_prior); "
                      f"expected one of {list(PRIORS.names())}")
@@ -129,3 +140,77 @@ def _v0(exp, history, companions):
     raise ValueError("the 'v0' prior needs V0 in the run: set config.value.v0.enabled=True or "
                      "name 'v0' in config.rl.v05.prior / config.rl.allocator_prior")
   return companions["v0"].prior
+
+
+def uses(config, name: str) -> bool:
+  """Whether the config names the prior `name` (`rl.allocator_prior` or `rl.v05.prior`)."""
+  return name in (config.rl.allocator_prior, config.rl.v05.prior)
+
+
+class OracleMC:
+  """The `oracle` prior: Monte Carlo success rates of the current policy (module docstring).
+
+  `predict(params, prompt_ids)` samples M completions of each train prompt with `params`, in
+  chunks of `config.rl.prompts_per_step` prompts (the last chunk padded with its first prompt;
+  one compiled shape), and scores them with the run's rewards: a sample succeeds when its first
+  reward component exceeds `config.rl.success_threshold` (as in the history). Chunk c of the
+  k-th call of step `step` is drawn with fold_in(key(seed), ORACLE_MC, step, k, c), so a resumed
+  run draws what the uninterrupted one does. `tokens` / `rows` count what was sampled since the
+  last `take_counts()`.
+  """
+
+  def __init__(self, exp, step: int = 0):
+    self.exp, self.step = exp, step
+    self.samples = exp.config.value.oracle.mc_samples
+    self.chunk = exp.config.rl.prompts_per_step
+    self.calls = self.tokens = self.rows = 0
+
+  def start_step(self, step: int) -> None:
+    """The RL step whose rollouts the next predictions are for (resets the call count)."""
+    self.step, self.calls = step, 0
+
+  def take_counts(self) -> dict:
+    """{'oracle/mc_tokens', 'oracle/mc_rows'} since the last call, then zero."""
+    out = {"oracle/mc_tokens": self.tokens, "oracle/mc_rows": self.rows}
+    self.tokens = self.rows = 0
+    return out
+
+  def successes(self, params, prompt_ids) -> np.ndarray:
+    """[B, M] 0/1 successes of M fresh samples of each prompt."""
+    exp, m = self.exp, self.samples
+    ids = np.asarray(prompt_ids, np.int64).reshape(-1)
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(
+        exp.root_key(), seeds.ORACLE_MC), self.step), self.calls)
+    self.calls += 1
+    out = np.zeros((len(ids), m), np.float32)
+    for c, start in enumerate(range(0, len(ids), self.chunk)):
+      part = ids[start:start + self.chunk]
+      take = np.concatenate([part, np.full(self.chunk - len(part), part[0])])
+      res = parallel.to_host(sampling.generate(
+          params, exp.train_prompts[take], exp.train_prompt_mask[take],
+          jax.random.fold_in(key, c), num_samples=m, **exp.sampler_kwargs()))
+      n = len(part) * m
+      tokens, mask = np.asarray(res.tokens)[:n], np.asarray(res.mask)[:n]
+      texts = decode_completions(exp.tokenizer, tokens, mask)
+      examples = [exp.task.train[i] for i in np.repeat(part, m)]
+      r, _ = exp.reward_scorer.score_components(texts, examples, tuple(exp.config.rl.rewards))
+      out[start:start + len(part)] = (r[:, 0] > exp.config.rl.success_threshold).reshape(-1, m)
+      self.tokens += int(mask.sum())
+      self.rows += n
+    return out
+
+  def predict(self, params, prompt_ids):
+    s = self.successes(params, prompt_ids).sum(axis=1).astype(np.float64)
+    m = float(self.samples)
+    smooth = (s + 1.0) / (m + 2.0)
+    return s / m, smooth * (1.0 - smooth) / m
+
+
+@PRIORS.register("oracle")
+def _oracle(exp, history, companions):
+  """The run's `OracleMC` (the companion 'oracle'); `history` is not read."""
+  del exp, history
+  if "oracle" not in companions:
+    raise ValueError("the 'oracle' prior needs its run companion 'oracle' (built when "
+                     "config.rl.allocator_prior or config.rl.v05.prior is 'oracle')")
+  return companions["oracle"]

@@ -193,3 +193,35 @@ def test_grade(task):
   assert out["accuracy_by_stratum"] == {"2": 0.5}
   assert out["step_error_rate"] == 0.5  # one of the two steps is missing
   assert out["first_error_step_mean"] == 0.5
+
+
+def test_test_set_is_stratified_disjoint_and_deterministic(task):
+  """task.test_size: a stratified test set, disjoint from dev and train; turning it on leaves
+  train and dev (held-out) as they were; the same arguments give the same problems."""
+  with_test = make_task("ladder", {}, seed=0, train_size=3000, eval_size=600, test_size=300)
+  assert task.test == []  # off by default
+  assert [e.prompt for e in with_test.heldout] == [e.prompt for e in task.heldout]
+  assert [e.prompt for e in with_test.train] == [e.prompt for e in task.train]
+  test = [e.prompt for e in with_test.test]
+  assert len(set(test)) == 300
+  assert collections.Counter(task.stratum(e) for e in with_test.test) == {k: 50
+                                                                         for k in range(2, 8)}
+  assert not set(test) & {e.prompt for e in task.heldout}
+  assert not set(test) & {e.prompt for e in task.train}
+  again = make_task("ladder", {}, seed=0, train_size=3000, eval_size=600, test_size=300)
+  assert [e.prompt for e in again.test] == test
+  other = make_task("ladder", {}, seed=1, train_size=3000, eval_size=600, test_size=300)
+  assert [e.prompt for e in other.test] != test
+  for e in with_test.test[::11]:  # scored like any problem
+    terms = ladder.signed_terms(e)
+    assert with_test.score(ladder.scratchpad(terms, list(np.cumsum(terms)[1:])), e) == 1.0
+
+
+def test_test_size_errors_name_the_field():
+  with pytest.raises(ValueError, match="test_size must be an int >= 0"):
+    make_task("ladder", {}, 0, 100, 60, test_size=-1)
+  with pytest.raises(ValueError, match=r"config.task.test_size=5: task 'jsonl' has no test set"):
+    make_task("jsonl", {"path": "x.jsonl"}, 0, 100, 60, test_size=5)
+  with pytest.raises(ValueError, match=r"test_size=200 \(config.task.test_size\) is larger"):
+    make_task("chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+              0, 50, 20, test_size=200)

@@ -133,6 +133,7 @@ def test_oprl_pair_loss():
 
 
 def test_registry_names_and_unknown():
-  assert set(pr.PROCESS_ADVANTAGES.names()) == {"pav", "prime", "oprl"}
+  assert set(pr.PROCESS_ADVANTAGES.names()) == {"pav", "prime", "oprl", "oracle"}
+  assert pr.PROCESS_ADVANTAGES.get("oracle") is pr.pav  # PAV with a perfect prover
   with pytest.raises(KeyError, match="process advantage"):
     pr.PROCESS_ADVANTAGES.get("prm")

@@ -167,8 +167,8 @@ def test_v05_config_errors(smoke_config):
   with pytest.raises(ValueError, match="v05.n_max <= max_group_size"):
     checks.check_config(smoke_config)
   smoke_config.rl.update(max_group_size=16)
-  smoke_config.rl.v05.prior = "oracle"
-  with pytest.raises(ValueError, match="config.rl.v05.prior='oracle'"):
+  smoke_config.rl.v05.prior = "bogus"
+  with pytest.raises(ValueError, match="config.rl.v05.prior='bogus'"):
     checks.check_config(smoke_config)
 
 

@@ -153,3 +153,110 @@ def test_budgets_grow_an_n_leaf_tree(grown):
                           strategy=sampling.Sampling(1.0), options=treepo.TreePOOptions(),
                           group=G, max_new_tokens=T, eos_id=cfg.vocab_size,
                           budgets=np.array([0, 3]))
+
+
+NEWLINE = (5, 6)  # the tiny model's "newline" tokens (any ids: a random policy draws them)
+
+
+@pytest.fixture(scope="module")
+def lines(grown):
+  """segment='newline' on the same policy and prompts, EOS = 3, prompt 1 with a budget of 5."""
+  cfg, params, prompt, prompt_mask, _ = grown
+  out = treepo.treepo_rollout(params, prompt, prompt_mask, jax.random.key(2), cfg=cfg,
+                              strategy=sampling.Sampling(1.0),
+                              options=treepo.TreePOOptions(first_width=2, branches=2,
+                                                           segment="newline",
+                                                           delimiters=NEWLINE),
+                              group=G, max_new_tokens=T, eos_id=3, budgets=np.array([G, 5]))
+  return cfg, params, prompt, prompt_mask, out
+
+
+def test_newline_segments_end_at_newline_tokens(lines):
+  """Every segment (a node's tokens on a row) ends with a newline token, or with EOS or at the
+  length limit on its path's last segment; rows that share a node share its tokens; the tree
+  branches somewhere (more than first_width distinct paths)."""
+  *_, out = lines
+  ends = 0
+  for row in range(2 * G):
+    if out.filled[row]:
+      continue
+    n = int(out.mask[row].sum())
+    assert out.mask[row, :n].all() and not out.mask[row, n:].any()
+    nodes, toks = out.tree.node_of[row, :n], out.tokens[row, :n]
+    cuts = np.flatnonzero(np.diff(nodes)) + 1  # first token of each later segment
+    for start, stop in zip(np.r_[0, cuts], np.r_[cuts, n]):
+      last = toks[stop - 1]
+      assert last in NEWLINE or (stop == n and (last == 3 or n == T)), (row, toks, nodes)
+      assert not np.isin(toks[start:stop - 1], NEWLINE).any()  # no newline inside a segment
+      ends += last in NEWLINE
+    for other in range(2 * G):  # a shared node holds the same tokens at the same positions
+      same = (out.tree.node_of[other] == nodes[0]) & out.mask[other]
+      if other // G == row // G and same.any():
+        np.testing.assert_array_equal(out.tokens[other][same], toks[nodes == nodes[0]])
+  assert ends > 4
+  for b in range(2):
+    rows = slice(b * G, (b + 1) * G)
+    assert len({tuple(r) for r in out.tree.node_of[rows][~out.filled[rows]]}) > 2
+  assert out.filled[G + 5:].all() and not out.filled[:2].any()  # budget 5: slots 5..7 copies
+
+
+def test_newline_sampler_logp_equals_trainer_logp(lines):
+  """Each slot's cache has holes where it waited for the others: its log-probs still equal a
+  full forward pass of the prompt and its completion."""
+  cfg, params, prompt, prompt_mask, out = lines
+  lp = logprobs.completion_logprobs(cfg, params, jnp.repeat(prompt, G, 0),
+                                    jnp.repeat(prompt_mask, G, 0), out.tokens, out.mask,
+                                    temperature=1.0)
+  np.testing.assert_allclose(out.logp, np.where(out.mask, lp, 0.0), atol=1e-5)
+
+
+def test_newline_decodes_each_shared_token_once(lines):
+  *_, out = lines
+  distinct = set()
+  for row in np.flatnonzero(~out.filled):
+    b = row // G
+    for t in np.flatnonzero(out.mask[row]):
+      distinct.add((b, int(out.tree.node_of[row, t]), int(t)))
+  assert out.decode_tokens == len(distinct)
+
+
+def test_segment_option_errors():
+  with pytest.raises(ValueError, match=r"config.rl.treepo.segment='line'; expected one of "
+                     r"\['fixed', 'newline'\]"):
+    treepo.TreePOOptions(segment="line")
+  with pytest.raises(ValueError, match="segment='newline' needs the newline token ids"):
+    treepo.treepo_rollout(None, np.ones((1, 2), np.int32), np.ones((1, 2), bool),
+                          jax.random.key(0), cfg=None, strategy=sampling.Sampling(1.0),
+                          options=treepo.TreePOOptions(segment="newline"), group=2,
+                          max_new_tokens=4, eos_id=1)
+
+
+def test_newline_segments_through_the_engine(tmp_path):
+  """rollout='treepo' with treepo.segment='newline' on the ladder's tokenizer: the engine reads
+  the newline ids from the tokenizer, and every segment of the batch's tree ends at one of them
+  (or at EOS or the length limit)."""
+  from experiments.configs import ladder  # pylint: disable=g-import-not-at-top
+  from rl_jax import experiment  # pylint: disable=g-import-not-at-top
+  from rl_jax.rollout import checks, collect, engines  # pylint: disable=g-import-not-at-top
+  from rl_jax.rollout.requests import StepContext  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import phases  # pylint: disable=g-import-not-at-top
+  config = ladder.get_config("smoke")
+  config.rl.update(rollout="treepo", advantage="treepo")
+  config.rl.treepo.segment = "newline"
+  checks.check_config(config)
+  exp = experiment.build(config, str(tmp_path))
+  newline = engines.newline_ids(exp.tokenizer)
+  assert newline and all("\n" in exp.tokenizer.decode([i]) for i in newline)
+  batch, _, metrics = collect.rollout(StepContext(exp, phases.init_params(exp), 0))
+  tokens, mask, node_of = (np.asarray(x) for x in (batch.tokens, batch.mask, batch.tree.node_of))
+  for row in range(len(tokens)):
+    n = int(mask[row].sum())
+    cuts = np.flatnonzero(np.diff(node_of[row, :n])) + 1
+    for stop in np.r_[cuts, n]:
+      last = tokens[row, stop - 1]
+      assert last in newline or (stop == n and (last == exp.tokenizer.eos_id
+                                                or n == exp.max_new_tokens))
+  assert metrics["rollout_tokens"] <= metrics["batch_tokens"]
+  config.rl.treepo.segment = "lines"
+  with pytest.raises(ValueError, match=r"config.rl.treepo.segment='lines'"):
+    checks.check_config(config)

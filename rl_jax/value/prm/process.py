@@ -14,6 +14,10 @@
 * 'oprl' (§5.3, iStar public code): the same implicit PRM against the policy that sampled the
   batch (π_old); token rewards `β (log π_φ − log π_old)` summed per step; then one step of the
   pairwise loss over (success, failure) pairs of each group.
+* 'oracle': PAV with a perfect prover on a task with a step checker (the ladder): the true step
+  labels give progress −1 on the first wrong step's end token, 0 elsewhere (`value.prm.oracle`);
+  the PAV estimator adds `alpha` × progress to the outcome advantage. The bound a learned PAV
+  can reach on the task.
 
 The online PRM of 'prime' / 'oprl' (parameters and AdamW state) is checkpointed beside the
 policy, in WORKDIR/checkpoints/rl_prm at the steps of the RL checkpoints and written just before
@@ -33,16 +37,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from rl_jax.data.batching import decode_completions
 from rl_jax.rl import logprobs
 from rl_jax.rl import process_rewards as pr
 from rl_jax.train_state import TrainState
 from rl_jax.value.prm import model as prm_lib
+from rl_jax.value.prm import oracle as oracle_lib
 from rl_jax.value.prm import pav as pav_lib
 from rl_jax.value.prm import segments as steps_lib
 
 _log = logging.getLogger(__name__)
 
-PROCESS_REWARDS = ("none", "pav", "prime", "oprl")
+PROCESS_REWARDS = ("none", "pav", "prime", "oprl", "oracle")
 NORMS = ("batch", "none")
 BASELINES = ("rloo", "mean")
 
@@ -60,10 +66,15 @@ def check_config(config) -> None:
                      f"{rl.max_group_size}; process rewards need the dense B x G batch "
                      "(max_group_size=0): ragged batches (allocators, V0.5) carry no step rewards")
   c = rl.process
-  if kind == "pav":
+  if kind in ("pav", "oracle"):
     if not (isinstance(c.alpha, (int, float)) and math.isfinite(c.alpha) and c.alpha >= 0):
-      raise ValueError(f"config.rl.process.alpha={c.alpha!r}: process_reward='pav' needs alpha, "
-                       "a finite number >= 0 (no default: ALGORITHMS.md §5.1)")
+      raise ValueError(f"config.rl.process.alpha={c.alpha!r}: process_reward={kind!r} needs "
+                       "alpha, a finite number >= 0 (no default: ALGORITHMS.md §5.1)")
+  if kind == "oracle" and (c.delimiter != "\n" or tuple(c.step_token_ids)):
+    raise ValueError(f"config.rl.process.delimiter={c.delimiter!r}, step_token_ids="
+                     f"{tuple(c.step_token_ids)!r}: process_reward='oracle' grades the step "
+                     "checker's lines; expected delimiter='\\n' and step_token_ids=()")
+  if kind == "pav":
     if not c.prm_dir:
       raise ValueError("config.rl.process.prm_dir is empty; process_reward='pav' needs a PRM "
                        "directory written by experiments.train_prm")
@@ -79,7 +90,7 @@ def check_config(config) -> None:
                      f"{BASELINES}")
   if c.max_steps < 1:
     raise ValueError(f"config.rl.process.max_steps={c.max_steps}: expected an integer >= 1")
-  if kind in ("pav", "oprl") and rl.advantage in ("reinforce_pp", "reinforce_pp_baseline",
+  if kind in ("pav", "oprl", "oracle") and rl.advantage in ("reinforce_pp", "reinforce_pp_baseline",
                                                    "gdpo_verl", "gdpo"):
     raise ValueError(f"config.rl.process_reward={kind!r} adds to a per-row outcome advantage; "
                      f"config.rl.advantage={rl.advantage!r} is not one")
@@ -89,7 +100,8 @@ def estimator_options(config) -> tuple:
   """The sorted (key, value) options of the registered process estimator (`RLHyper`)."""
   c, kind = config.rl.process, config.rl.process_reward
   opts = {"none": {}, "pav": {"alpha": float(c.alpha)}, "prime": {"norm": c.norm},
-          "oprl": {"weight": float(c.oprl_weight), "baseline": c.oprl_baseline}}[kind]
+          "oprl": {"weight": float(c.oprl_weight), "baseline": c.oprl_baseline},
+          "oracle": {"alpha": float(c.alpha)}}[kind]
   return tuple(sorted(opts.items()))
 
 
@@ -142,6 +154,12 @@ class ProcessScorer:
         raise ValueError(f"config.rl.process.prm_dir={c.prm_dir!r} holds a PRM of vocab_size "
                          f"{self.spec.model.vocab_size}; the policy has "
                          f"{exp.model_cfg.vocab_size}")
+    elif self.kind == "oracle":
+      if not hasattr(exp.task, "check_steps"):
+        raise ValueError(f"config.rl.process_reward='oracle' needs a task with a step checker "
+                         f"(task.name='ladder'); config.task.name={exp.config.task.name!r} has "
+                         "none")
+      self.examples = oracle_lib.Examples(exp.task, exp.train_prompts, exp.train_prompt_mask)
     else:
       tx = optax.chain(optax.clip_by_global_norm(c.prm_grad_clip) if c.prm_grad_clip else
                        optax.identity(), optax.adamw(c.prm_lr, weight_decay=0.0))
@@ -151,7 +169,7 @@ class ProcessScorer:
   @property
   def online(self) -> bool:
     """Whether the PRM trains during RL ('prime', 'oprl'): then it is checkpointed."""
-    return self.kind != "pav"
+    return self.kind in ("prime", "oprl")
 
   def attach_checkpointer(self, ckpt, start: int) -> None:
     """Checkpoints the online PRM with `ckpt` (a `rl_jax.checkpoint.Checkpointer`) from now on,
@@ -187,8 +205,27 @@ class ProcessScorer:
     return steps_lib.segment(batch.tokens, batch.mask, self.delims, max_steps=self.max_steps,
                              ignore_ids=self.ignore, eos_id=self.exp.tokenizer.eos_id)
 
+  def _oracle(self, batch, valid: np.ndarray):
+    """'oracle': the step checker's progress (`value.prm.oracle`) on each step's end token."""
+    segs = self._segment(batch)
+    texts = decode_completions(self.exp.tokenizer, batch.tokens, batch.mask)
+    examples = self.examples(batch.prompt_tokens, batch.prompt_mask)
+    checks = [self.exp.task.check_steps(t, e) for t, e in zip(texts, examples)]
+    prog = oracle_lib.progress(checks, np.asarray(segs.num_steps), self.max_steps)
+    prog[~valid] = 0.0
+    sm = np.asarray(segs.step_mask)
+    sr = np.zeros(batch.tokens.shape, np.float32)
+    rows = np.broadcast_to(np.arange(len(sr))[:, None], prog.shape)
+    sr[rows[sm], np.asarray(segs.end_pos)[sm]] = prog[sm]
+    wrong = (prog < 0).any(axis=1)
+    return batch.replace(step_of=np.asarray(segs.step_of), step_rewards=sr), {
+        "process/progress_abs": float(np.abs(prog[sm]).mean()) if sm.any() else 0.0,
+        "process/wrong_step_rows": float(wrong[valid].mean()) if valid.any() else 0.0}
+
   def score(self, batch, rewards: np.ndarray, policy_params: Any):
     """(batch with step_of / step_rewards, host metrics); updates the online PRM after."""
+    if self.kind == "oracle":
+      return self._oracle(batch, np.asarray(batch.valid))
     seqs = (batch.prompt_tokens, batch.prompt_mask, batch.tokens, batch.mask)
     cfg = self.exp.model_cfg
     c = self.config.rl.process
