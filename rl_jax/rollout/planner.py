@@ -232,3 +232,15 @@ def plan(ctx: requests_lib.StepContext, round_idx: int,
     return requests_lib.Requests.of_group_size(idx, config.rl.group_size)
   counts = allocate(config, candidates(ctx, idx), round_idx)
   return requests_lib.Requests(idx[counts > 0], counts[counts > 0])
+
+
+def uniform_prompt_order(exp, num_steps: int) -> list[np.ndarray]:
+  """The train indices that steps 0 .. num_steps-1 of a dense, uniform, in-memory RL phase draw
+  (round 0's `plan`): what another system must be fed to train on the same prompts in the same
+  order (benchmarks/learn_parity.py)."""
+  config = exp.config
+  if config.rl.allocator != "uniform" or requests_lib.is_ragged(config) or exp.train_source:
+    raise ValueError("uniform_prompt_order needs rl.allocator='uniform', dense groups and "
+                     "data.source='memory'")
+  return [draw_prompts(config, len(exp.train_prompts), config.rl.prompts_per_step,
+                       exp.host_rng(seeds.RL, step)) for step in range(num_steps)]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rl_jax import experiment
-from rl_jax.rollout import checks, collect, rules
+from rl_jax.rollout import checks, collect, planner, rules
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.rollout.requests import StepContext
 from rl_jax.train import phases, rl_inputs
@@ -198,3 +198,21 @@ def test_ragged_batch_metrics_ignore_padding_rows():
   m = rl_inputs.batch_metrics(scalar, ro, adv, weight, mask & ro.valid[:, None], 2, 2)
   assert float(m["completion_len"]) == 2.0 and float(m["informative_frac"]) == 0.5
   assert float(m["reward_mean"]) == 0.75
+
+
+def test_uniform_prompt_order_is_what_the_rl_phase_draws(smoke_config, tmp_path):
+  """planner.uniform_prompt_order (what benchmarks/learn_parity.py feeds TRL) == the prompts of
+  each step's real dense round; a ragged config is refused."""
+  exp = experiment.build(smoke_config, str(tmp_path))
+  params = phases.init_params(exp)
+  order = planner.uniform_prompt_order(exp, 3)
+  g = smoke_config.rl.group_size
+  for step in (0, 2):
+    batch, _, _ = collect.rollout(StepContext(exp, params, step))
+    np.testing.assert_array_equal(batch.prompt_tokens[::g],
+                                  exp.train_prompts[order[step]][:, -batch.prompt_tokens.shape[1]:])
+  assert not np.array_equal(order[0], order[1])
+  ragged = smoke_config.copy_and_resolve_references()
+  ragged.rl.update(max_group_size=6, rows=20)
+  with pytest.raises(ValueError, match="dense groups"):
+    planner.uniform_prompt_order(dataclasses.replace(exp, config=ragged), 1)
