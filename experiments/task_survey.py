@@ -9,7 +9,9 @@ problems greedily and `--num_samples` times at temperature 1. One JSON line per 
 accuracy, sampled accuracy, pass@k, and the share of problems whose sampled success rate is
 strictly between 0 and 1 (the prompts whose GRPO group carries a learning signal). A task suits
 RL from this checkpoint when greedy accuracy is between about 0.15 and 0.6 with a spread over
-problems. Nothing is trained; every number is a deterministic function of the flags.
+problems. Nothing is trained; every number is a deterministic function of the flags (on one
+backend). A task that cannot be built (say, fewer distinct problems than `--num_problems`) gets a
+row with its `error`, and the survey goes on.
 """
 
 from __future__ import annotations
@@ -57,34 +59,35 @@ _OUT = flags.DEFINE_string("out", None, "Append the JSON lines to this file too.
 _WORKDIR = flags.DEFINE_string("workdir", "runs/task_survey", "Scratch directory.")
 
 
-def survey_task(config, label: str, workdir: str, params=None) -> tuple[dict, object]:
+def survey_task(config, label: str, workdir: str, params=None, *, num_problems: int,
+                num_samples: int, max_new_tokens: int) -> tuple[dict, object]:
   """One task's row (and the loaded parameters, reused for the next task)."""
   _, name, options, extraction = next(s for s in SURVEY if s[0] == label)
   config = config.copy_and_resolve_references()
   with config.unlocked():
-    config.task.update(name=name, answer_extraction=extraction, eval_size=_NUM_PROBLEMS.value,
+    config.task.update(name=name, answer_extraction=extraction, eval_size=num_problems,
                        train_size=8)
     config.task.options = dict(options)
-    config.sampling.max_new_tokens = _MAX_NEW_TOKENS.value
+    config.sampling.max_new_tokens = max_new_tokens
   exp = experiment.build(config, workdir)
   if params is None:
     params = models.cast_params(exp.model_cfg, phases.init_params(exp))
   key = jax.random.fold_in(exp.root_key(), seeds.EVAL)
   start = time.perf_counter()
-  kw = dict(cfg=exp.model_cfg, max_new_tokens=_MAX_NEW_TOKENS.value,
+  kw = dict(cfg=exp.model_cfg, max_new_tokens=max_new_tokens,
             batch_size=config.eval.batch_size)
   heldout = exp.task.heldout
   greedy = evaluate.correctness(params, exp.heldout_prompts, exp.heldout_prompt_mask, heldout,
                                 exp.task, exp.tokenizer, key,
                                 strategy=sampling.Sampling(temperature=0.0), **kw)[:, 0]
-  k = _NUM_SAMPLES.value
+  k = num_samples
   sampled = evaluate.correctness(params, exp.heldout_prompts, exp.heldout_prompt_mask, heldout,
                                  exp.task, exp.tokenizer, jax.random.fold_in(key, 1),
                                  strategy=sampling.Sampling(temperature=1.0), num_samples=k,
                                  **kw)
   rates = sampled.mean(axis=1)
   row = {"task": label, "name": name, "options": options, "problems": len(heldout),
-         "max_new_tokens": _MAX_NEW_TOKENS.value,
+         "max_new_tokens": max_new_tokens,
          "greedy_accuracy": round(float(greedy.mean()), 4),
          "sampled_accuracy": round(float(rates.mean()), 4),
          f"pass@{k}": round(float((rates > 0).mean()), 4),
@@ -104,8 +107,13 @@ def main(argv):
              f"{[s[0] for s in SURVEY]}")
   params = None
   for label in labels:
-    row, params = survey_task(_CONFIG.value, label,
-                              os.path.join(_WORKDIR.value, label.replace(" ", "_")), params)
+    try:
+      row, params = survey_task(
+          _CONFIG.value, label, os.path.join(_WORKDIR.value, label.replace(" ", "_")), params,
+          num_problems=_NUM_PROBLEMS.value, num_samples=_NUM_SAMPLES.value,
+          max_new_tokens=_MAX_NEW_TOKENS.value)
+    except ValueError as e:  # E.g. too few distinct problems for --num_problems: the next task.
+      row = {"task": label, "error": str(e)}
     line = json.dumps(row)
     print(line, flush=True)
     if _OUT.value:

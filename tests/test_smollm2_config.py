@@ -19,6 +19,7 @@ import pytest
 import reasoning_gym
 import tokenizers as hf_tokenizers
 
+from experiments import task_survey
 from experiments.configs import smollm2, smollm2_learns
 from rl_jax import experiment
 from rl_jax import models, parallel
@@ -209,6 +210,23 @@ def test_chat_template_needs_a_template(smoke_config, checkpoint, tmp_path):
   with pytest.raises(ValueError, match=r"config.task.chat_template=True, but the tokenizer of "
                                        r"config.model.path='.*plain' has no chat template"):
     experiment.build(_config(plain), str(tmp_path / "run"))
+
+
+@_FAST_COMPILES
+def test_smollm2_learns_config_and_task_survey(checkpoint, tmp_path):
+  """smollm2_learns.py builds on a SmolLM2-layout checkpoint, and experiments.task_survey's row
+  for its task (the model as it ships, greedy and sampled) is consistent: pass@k >= sampled
+  accuracy, every rate in [0, 1]."""
+  path, _ = checkpoint
+  config = smollm2_learns.get_config().copy_and_resolve_references()
+  config.model.path = path
+  config.eval.batch_size = 4
+  row, params = task_survey.survey_task(config, "chain_sum 2x1-2", str(tmp_path), num_problems=3,
+                                        num_samples=2, max_new_tokens=4)
+  assert params is not None and row["problems"] == 3 and row["max_new_tokens"] == 4
+  for key in ("greedy_accuracy", "sampled_accuracy", "pass@2", "share_mixed"):
+    assert 0.0 <= row[key] <= 1.0, (key, row)
+  assert row["pass@2"] >= row["sampled_accuracy"] and row["pass@2"] >= row["share_mixed"]
 
 
 @pytest.mark.slow
