@@ -259,15 +259,13 @@ def markdown(runs: list[dict], baseline: str | None = None, target: float | None
     share_note = (" Share of the oracle's gain recovered: mean(variant − baseline) / "
                   "mean(oracle − baseline) over the seeds all three ran, ± its delta-method 95% "
                   "interval; 'not resolved' where the oracle's own paired gain is not above 0.")
-  lines = [f"Baseline `{eff['baseline']}`; final accuracy on the {split} set; tokens to "
-           f"target on the dev curve, {aim}; AUC over the first {eff['auc_tokens']:,.0f} "
-           f"rollout tokens; ± = 95% t interval over seeds.{share_note}", "",
-           f"| variant | seeds | {split} greedy acc | Δ vs baseline (paired) | " +
-           ("share of oracle gain recovered | " if oracles else "") +
-           "tokens to target | AUC (acc over tokens) | " +
-           " | ".join(t for t, _, _ in COLUMNS[1:]) + " |",
-           "|---|---:|---:|---:|" + ("---:|" if oracles else "") + "---:|---:|" +
-           "---:|" * (len(COLUMNS) - 1)]
+  title = (f"Baseline `{eff['baseline']}`; final accuracy on the {split} set; tokens to target "
+           f"on the dev curve, {aim}; AUC over the first {eff['auc_tokens']:,.0f} rollout "
+           f"tokens; ± = 95% t interval over seeds.{share_note}")
+  head = ["variant", "seeds", f"{split} greedy acc", "Δ vs baseline (paired)",
+          *(["share of oracle gain recovered"] if oracles else []), "tokens to target",
+          "AUC (acc over tokens)", *(t for t, _, _ in COLUMNS[1:])]
+  lines = [title, "", "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
   name_oracle = len(set(oracles.values())) > 1
   for variant, v in eff["variants"].items():
     reached = (_pm(*v["to_target"], fmt="{:,.0f}") if v["reached"] == v["seeds"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
+from absl import flags
 
 from experiments import report
 
@@ -95,7 +97,7 @@ def _ladder_summary(seed, sft, rl, shares=(0.3, 0.5, 0.2)):
 def _write(tmp_path, name, summary):
   d = tmp_path / name
   d.mkdir()
-  (d / "summary.json").write_text(__import__("json").dumps(summary))
+  (d / "summary.json").write_text(json.dumps(summary))
   return str(d)
 
 
@@ -127,7 +129,6 @@ def test_zero_adv_share_prefers_the_allocation_metric():
 
 def test_calibration_table(tmp_path):
   """Per step: mean ± 95% t interval of V0 and its baselines over runs; the past rate's coverage."""
-  import json  # pylint: disable=import-outside-toplevel
   dirs = []
   for s, brier in enumerate((0.08, 0.10)):
     d = tmp_path / f"v{s}"
@@ -164,7 +165,6 @@ T4303 = 4.303  # t(0.975, 2 degrees of freedom)
 def _write_run(root, name, seed, test_final, with_test=True, steps=100, eval_every=10):
   """A work dir: summary.json, and metrics.jsonl with `steps` RL steps of 100 rollout tokens
   whose dev accuracy rises linearly from SFT to the dev final, evaluated every `eval_every`."""
-  import json  # pylint: disable=import-outside-toplevel
   dev_final = round(test_final - 0.02, 6)
   d = root / name
   d.mkdir()
@@ -270,7 +270,6 @@ def test_markdown_reports_test_split_and_recovered_share(tmp_path):
 
 
 def test_json_report(tmp_path):
-  import json  # pylint: disable=import-outside-toplevel
   runs = _ground(tmp_path)
   data = report.json_report(runs, baseline="grpo", oracle="oracle_prm")
   json.dumps(data, allow_nan=False)  # Strict JSON: undefined numbers are null.
@@ -321,8 +320,6 @@ def test_json_falls_back_to_dev_when_a_run_has_no_test_set(tmp_path):
 
 
 def test_main_writes_json(tmp_path):
-  import json  # pylint: disable=import-outside-toplevel
-  from absl import flags  # pylint: disable=import-outside-toplevel
   (tmp_path / "runs").mkdir()
   _ground(tmp_path / "runs")
   out = tmp_path / "out"
