@@ -1,20 +1,34 @@
-"""Turns finished work dirs into an efficiency report: markdown tables and a PNG.
+"""Turns finished work dirs into an efficiency report: markdown tables, a PNG and a JSON file.
 
     python -m experiments.report --workdirs='runs/sweeps/ladder_baselines/*' \
-        --out=runs/ladder_baselines.md --png=runs/ladder_baselines.png --baseline=grpo_g8
+        --out=runs/ladder_baselines.md --png=runs/ladder_baselines.png --baseline=grpo_g8 \
+        [--oracle=oracle_prm | --oracle=knapsack:oracle_knapsack,pav:oracle_prm] \
+        [--json=runs/ladder_baselines.json]
 
 A run is a work dir holding `summary.json` (others, such as a sweep's `_sft/`, are skipped). Its
 variant is the directory name without a trailing `_seedN`. Rollout tokens are the RL phase's
 sampled completion tokens (every generation round counted); RL seconds are the wall seconds of
-the RL steps, compilation of the first step excluded. Each run's curve is its held-out greedy
-accuracy at the periodic RL evaluations (the SFT policy at 0 tokens).
+the RL steps, compilation of the first step excluded, summed over every process that ran them
+(the RL checkpoint carries the count). Wall seconds are summary.json's `wall_seconds`: only the
+processes that reached the end of the run, so a run stopped midway and resumed can show fewer
+wall than RL seconds (rl_jax/train/loop.py). Each run's curve is its dev greedy
+accuracy at every periodic RL evaluation (`config.rl.eval_every`; no point is dropped, so
+evaluating every 10 of 100 steps gives 11 points with the SFT policy's at 0 tokens).
+
+Final accuracy is the test set's (`rl_test_accuracy`) when every run has one, else the dev set's
+(`rl_accuracy`) for every run, so that paired differences compare like with like; the table's
+title and the JSON's `test_accuracy_key` say which. Tokens to target and AUC read the dev curve.
 
 The first table has, per variant, the mean and 95% interval over seeds (Student t, n - 1 degrees
 of freedom) of:
-  * final greedy accuracy, and its paired difference to the baseline variant (seeds that both
-    ran; same seed = same SFT policy in a sweep with a shared SFT);
+  * final greedy accuracy, and its paired difference to the baseline variant (the per-seed
+    differences over the seeds that both ran; same seed = same SFT policy in a sweep with a
+    shared SFT);
+  * with `--oracle`, the share of the oracle's gain that the variant recovers,
+    (method - baseline) / (oracle - baseline), over the seeds that all three ran
+    (`recovered_share`: the ratio of the mean paired differences, and the delta-method interval);
   * tokens to target: rollout tokens at which the curve first reaches the target accuracy
-    (linear between evaluations). The default target is paired: the final accuracy of the
+    (linear between evaluations). The default target is paired: the final dev accuracy of the
     baseline's run with the same seed (the same SFT policy in a sweep with a shared SFT; the
     baseline's mean final for a seed it lacks), so that seed-to-seed differences of level do
     not decide who reaches it; `--target` sets one accuracy for all. A run that never reaches
@@ -26,6 +40,11 @@ plus the means of sampled accuracy, SFT accuracy, rollout tokens, the share of r
 zero advantage (`zero_adv_share`), RL and wall seconds. The second
 table lists every run. An interval that contains 0 (difference) or overlaps the baseline's is
 within seed noise. The PNG plots accuracy against cumulative rollout tokens and RL seconds.
+
+`--json=PATH` writes the first table's numbers (`json_report`): one object per variant with its
+name, seeds, test_accuracy (mean) and test_accuracy_ci95, rollout_tokens, paired_delta (every
+other variant's name -> [mean, 95% half-width] of this one minus it, per seed), and
+recovered_share with `--oracle`; `null` where a number is undefined (one seed, no shared seed).
 
 With `--ladder` (runs of configs/ladder.py) the report adds the proving ground's gate: per run,
 SFT and RL greedy accuracy, the gain, the SFT success-rate shares (below 0.1, in [0.1, 0.9], above
@@ -48,6 +67,7 @@ from absl import app, flags
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from experiments.report_stats import interval, paired, parse_oracles, recovered_share
 from rl_jax.metrics import read_metrics
 
 _WORKDIRS = flags.DEFINE_multi_string("workdirs", None, "Glob(s) of run work dirs.")
@@ -59,6 +79,13 @@ _LADDER = flags.DEFINE_bool("ladder", False, "Also write the proving ground's ga
                             "verdicts and the per-stratum table (runs of configs/ladder.py).")
 _CALIBRATION = flags.DEFINE_bool("calibration", False, "Also write V0's calibration table "
                                   "(Brier, AUROC, ECE against its three baselines, per step).")
+_ORACLE = flags.DEFINE_string(
+    "oracle", None, "Adds the column 'share of the oracle's gain recovered', (variant - baseline) "
+    "/ (oracle - baseline): one oracle variant for every variant ('oracle_prm'), or "
+    "variant:oracle pairs ('knapsack:oracle_knapsack,pav:oracle_prm'; a bare name among them is "
+    "the default).")
+_JSON = flags.DEFINE_string("json", None, "JSON output path (optional): one object per variant "
+                            "(`json_report`).")
 _TARGET = flags.DEFINE_float("target", None, "Target accuracy for tokens-to-target (default: "
                              "each run's target is the final greedy accuracy of the baseline's "
                              "run with the same seed).")
@@ -89,6 +116,7 @@ def load_run(workdir: str) -> dict:
     curve.append((rl[-1]["step"], float(tokens[-1]), float(seconds[-1]), summary["rl_accuracy"]))
   name = os.path.basename(os.path.normpath(workdir))
   return dict({k: summary.get(k, float("nan")) for _, k, _ in COLUMNS}, name=name,
+              rl_test_accuracy=summary.get("rl_test_accuracy", float("nan")),
               zero_adv_share=zero_adv_share(rl),
               variant=_SEED_SUFFIX.sub("", name), seed=summary.get("seed"),
               rollout_tokens=float(tokens[-1]) if len(tokens) else 0.0, curve=curve)
@@ -117,23 +145,6 @@ def by_variant(runs: list[dict]) -> dict[str, list[dict]]:
   for run in runs:
     groups[run["variant"]].append(run)
   return dict(groups)
-
-
-# Two-sided 95% Student t quantiles by degrees of freedom (1-30); 1.96 beyond.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060,
-         2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def interval(values) -> tuple[float, float]:
-  """(mean, half-width of the 95% t interval) of `values`; half-width nan for fewer than 2."""
-  x = np.asarray(values, np.float64)
-  if len(x) == 0:
-    return float("nan"), float("nan")
-  if len(x) < 2:
-    return float(x.mean()), float("nan")
-  t = _T975[len(x) - 2] if len(x) - 1 <= len(_T975) else 1.96
-  return float(x.mean()), float(t * x.std(ddof=1) / np.sqrt(len(x)))
 
 
 def tokens_to_target(curve, target: float) -> float:
@@ -171,62 +182,147 @@ def _pm(mean: float, half: float, fmt: str = "{:.3f}") -> str:
   return fmt.format(mean) if np.isnan(half) else f"{fmt.format(mean)} ± {fmt.format(half)}"
 
 
-def efficiency(runs: list[dict], baseline: str | None = None,
-               target: float | None = None) -> dict:
+def accuracy_key(runs: list[dict]) -> str:
+  """'rl_test_accuracy' when every run has a test-set figure, else 'rl_accuracy' (dev) for all."""
+  has_test = all(np.isfinite(r.get("rl_test_accuracy", np.nan)) for r in runs)
+  return "rl_test_accuracy" if has_test else "rl_accuracy"
+
+
+def efficiency(runs: list[dict], baseline: str | None = None, target: float | None = None,
+               oracle: str | None = None) -> dict:
   """Per-variant statistics of the first table (see the module docstring); also returns the
-  baseline, target and AUC token range used."""
+  baseline, target, AUC token range, accuracy key and oracles ({variant: oracle}) used.
+
+  Per variant: `final` (mean, 95% half-width) of the final accuracy (`accuracy_key`), `by_seed`
+  {seed: final}, `delta` the paired difference to the baseline, `paired_delta` {other variant:
+  (mean, half)} of this one minus it, `recovered` (`report_stats.recovered_share`) with an oracle.
+  """
   groups = by_variant(runs)
   if baseline is None:
     baseline = "grpo" if "grpo" in groups else next(iter(groups))
   if baseline not in groups:
     raise ValueError(f"--baseline={baseline!r} is not a variant of these runs; expected one of "
                      f"{sorted(groups)}")
-  base_final = {r["seed"]: r["rl_accuracy"] for r in groups[baseline]}
+  key = accuracy_key(runs)
+  oracles = parse_oracles(oracle, groups, baseline)
+  finals = {v: {r["seed"]: r[key] for r in group} for v, group in groups.items()}
+  base_final = {r["seed"]: r["rl_accuracy"] for r in groups[baseline]}  # The dev curve's target.
   mean_final = float(np.mean(list(base_final.values())))
 
   def run_target(run: dict) -> float:  # Paired by default: the same seed's baseline final.
     return target if target is not None else base_final.get(run["seed"], mean_final)
 
   max_tokens = min(r["curve"][-1][1] for r in runs)
+  nan2 = (float("nan"), float("nan"))
   out = {}
   for variant, group in groups.items():
     reach = [tokens_to_target(r["curve"], run_target(r)) for r in group]
-    paired = [r["rl_accuracy"] - base_final[r["seed"]] for r in group if r["seed"] in base_final]
+    deltas = {other: interval(paired(finals[variant], finals[other]))
+              for other in groups if other != variant and set(finals[variant]) & set(finals[other])}
     out[variant] = dict(
-        seeds=len(group), final=interval([r["rl_accuracy"] for r in group]),
-        delta=interval(paired) if variant != baseline else (float("nan"), float("nan")),
+        seeds=len(group), seed_ids=sorted(finals[variant]), by_seed=finals[variant],
+        final=interval([r[key] for r in group]),
+        dev_final=interval([r["rl_accuracy"] for r in group]),
+        delta=deltas.get(baseline, nan2), paired_delta=deltas,
+        recovered=(recovered_share(finals[variant], finals[oracles[variant]], finals[baseline])
+                   if variant in oracles else None),
         reached=sum(np.isfinite(reach)),
-        to_target=interval(reach) if all(np.isfinite(reach)) else (float("nan"), float("nan")),
-        auc=interval([auc(r["curve"], max_tokens) for r in group]) if max_tokens > 0 else
-        (float("nan"), float("nan")),
+        to_target=interval(reach) if all(np.isfinite(reach)) else nan2,
+        auc=interval([auc(r["curve"], max_tokens) for r in group]) if max_tokens > 0 else nan2,
         means={k: float(np.mean([r.get(k, np.nan) for r in group])) for _, k, _ in COLUMNS})
   return dict(variants=out, baseline=baseline, target=target, baseline_final=mean_final,
-              auc_tokens=max_tokens)
+              auc_tokens=max_tokens, accuracy_key=key, oracles=oracles)
 
 
-def markdown(runs: list[dict], baseline: str | None = None, target: float | None = None) -> str:
+def _share_cell(v: dict, oracle: str, name_it: bool) -> str:
+  rec = v["recovered"]
+  if rec is None:
+    return "-"
+  if np.isinf(rec["ci95"]):
+    cell = f"{rec['share']:.2f} (oracle gain not resolved)"
+  else:
+    cell = _pm(rec["share"], rec["ci95"], "{:.2f}")
+  return f"{cell} of {oracle}" if name_it else cell
+
+
+def markdown(runs: list[dict], baseline: str | None = None, target: float | None = None,
+             oracle: str | None = None) -> str:
   """The efficiency table (mean ± 95% interval over seeds per variant), then every run."""
-  eff = efficiency(runs, baseline, target)
+  eff = efficiency(runs, baseline, target, oracle)
+  split = "test" if eff["accuracy_key"] == "rl_test_accuracy" else "dev"
   aim = (f"target accuracy {eff['target']:.3f}" if eff["target"] is not None else
          f"target accuracy: the baseline's final with the same seed (mean "
          f"{eff['baseline_final']:.3f})")
-  lines = [f"Baseline `{eff['baseline']}`; {aim}; AUC over the first {eff['auc_tokens']:,.0f} "
-           f"rollout tokens; ± = 95% t interval over seeds.", "",
-           "| variant | seeds | greedy acc | Δ vs baseline (paired) | tokens to target | "
-           "AUC (acc over tokens) | " + " | ".join(t for t, _, _ in COLUMNS[1:]) + " |",
-           "|---|---:|---:|---:|---:|---:|" + "---:|" * (len(COLUMNS) - 1)]
+  oracles = eff["oracles"]
+  share_note = ""
+  if oracles:
+    share_note = (" Share of the oracle's gain recovered: mean(variant − baseline) / "
+                  "mean(oracle − baseline) over the seeds all three ran, ± its delta-method 95% "
+                  "interval; 'not resolved' where the oracle's own paired gain is not above 0.")
+  title = (f"Baseline `{eff['baseline']}`; final accuracy on the {split} set; tokens to target "
+           f"on the dev curve, {aim}; AUC over the first {eff['auc_tokens']:,.0f} rollout "
+           f"tokens; ± = 95% t interval over seeds.{share_note}")
+  head = ["variant", "seeds", f"{split} greedy acc", "Δ vs baseline (paired)",
+          *(["share of oracle gain recovered"] if oracles else []), "tokens to target",
+          "AUC (acc over tokens)", *(t for t, _, _ in COLUMNS[1:])]
+  lines = [title, "", "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+  name_oracle = len(set(oracles.values())) > 1
   for variant, v in eff["variants"].items():
     reached = (_pm(*v["to_target"], fmt="{:,.0f}") if v["reached"] == v["seeds"]
                else f"reached {v['reached']}/{v['seeds']}")
+    share = [_share_cell(v, oracles.get(variant), name_oracle)] if oracles else []
     means = [fmt.format(v["means"][k]) for _, k, fmt in COLUMNS[1:]]
-    lines.append(f"| {variant} | {v['seeds']} | {_pm(*v['final'])} | {_pm(*v['delta'])} | "
-                 f"{reached} | {_pm(*v['auc'])} | {' | '.join(means)} |")
-  head = [f"| {' | '.join(t for t, _, _ in COLUMNS)} |", "|" + "---:|" * len(COLUMNS)]
+    lines.append(" | ".join([f"| {variant}", str(v["seeds"]), _pm(*v["final"]),
+                             _pm(*v["delta"]), *share, reached, _pm(*v["auc"]), *means]) + " |")
+  columns = COLUMNS + ((("test greedy", "rl_test_accuracy", "{:.3f}"),) if split == "test" else ())
+  head = [f"| {' | '.join(t for t, _, _ in columns)} |", "|" + "---:|" * len(columns)]
   lines += ["", "| run | seed " + head[0], "|---|---:" + head[1]]
   for r in runs:
-    cells = [fmt.format(r.get(k, float("nan"))) for _, k, fmt in COLUMNS]
+    cells = [fmt.format(r.get(k, float("nan"))) for _, k, fmt in columns]
     lines.append(f"| {r['name']} | {r['seed']} | {' | '.join(cells)} |")
   return "\n".join(lines) + "\n"
+
+
+def _num(x):
+  """A JSON number, or None for nan / inf (JSON has neither)."""
+  return float(x) if x is not None and np.isfinite(x) else None
+
+
+def json_report(runs: list[dict], baseline: str | None = None, target: float | None = None,
+                oracle: str | None = None) -> dict:
+  """The first table as data: {'baseline', 'test_accuracy_key', 'target', 'auc_tokens',
+  'variants': [one object per variant]}. Each object holds `name`; `seeds` (count) and
+  `seed_ids`; `test_accuracy` (the mean final of `test_accuracy_key`: `rl_test_accuracy`, or
+  `rl_accuracy` when a run lacks a test set), `test_accuracy_ci95` (95% t half-width) and
+  `test_accuracy_by_seed`; `dev_accuracy` and its `dev_accuracy_ci95`; `rollout_tokens` (mean);
+  `paired_delta` {other variant: [mean, ci95] of this one minus it over their common seeds};
+  `tokens_to_target` {mean, ci95, reached}; `auc` [mean, ci95]; `recovered_share` {oracle,
+  share, ci95, seeds, resolved} when `oracle` maps it; the other table columns' means. Undefined
+  numbers (one seed, an unresolved oracle gain) are null."""
+  eff = efficiency(runs, baseline, target, oracle)
+  variants = []
+  for name, v in eff["variants"].items():
+    obj = dict(
+        name=name, seeds=v["seeds"], seed_ids=v["seed_ids"],
+        test_accuracy=_num(v["final"][0]), test_accuracy_ci95=_num(v["final"][1]),
+        test_accuracy_key=eff["accuracy_key"],
+        test_accuracy_by_seed={str(s): _num(a) for s, a in sorted(v["by_seed"].items())},
+        dev_accuracy=_num(v["dev_final"][0]), dev_accuracy_ci95=_num(v["dev_final"][1]),
+        rollout_tokens=_num(v["means"]["rollout_tokens"]),
+        paired_delta={o: [_num(m), _num(h)] for o, (m, h) in v["paired_delta"].items()},
+        tokens_to_target=dict(mean=_num(v["to_target"][0]), ci95=_num(v["to_target"][1]),
+                              reached=int(v["reached"])),
+        auc=[_num(x) for x in v["auc"]],
+        **{k: _num(v["means"][k]) for _, k, _ in COLUMNS if k not in ("rl_accuracy",
+                                                                       "rollout_tokens")})
+    if v["recovered"] is not None:
+      rec = v["recovered"]
+      obj["recovered_share"] = dict(oracle=eff["oracles"][name], baseline=eff["baseline"],
+                                    share=_num(rec["share"]), ci95=_num(rec["ci95"]),
+                                    seeds=rec["seeds"], resolved=rec["resolved"])
+    variants.append(obj)
+  return dict(baseline=eff["baseline"], test_accuracy_key=eff["accuracy_key"],
+              target=_num(eff["target"]), auc_tokens=_num(eff["auc_tokens"]), variants=variants)
 
 
 # The proving ground's gate for the GRPO baseline (issue "A proving ground where methods differ").
@@ -351,7 +447,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   runs = find_runs(_WORKDIRS.value)
-  text = markdown(runs, _BASELINE.value, _TARGET.value)
+  text = markdown(runs, _BASELINE.value, _TARGET.value, _ORACLE.value)
   dirs = sorted({d for p in _WORKDIRS.value for d in glob.glob(p)
                  if os.path.exists(os.path.join(d, "summary.json"))})
   if _LADDER.value:
@@ -363,6 +459,12 @@ def main(argv):
     f.write(text)
   if _PNG.value:
     plot(runs, _PNG.value)
+  if _JSON.value:
+    os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
+    with open(_JSON.value, "w") as f:
+      json.dump(json_report(runs, _BASELINE.value, _TARGET.value, _ORACLE.value), f, indent=1,
+                allow_nan=False)
+      f.write("\n")
   print(text)
 
 

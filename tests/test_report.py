@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
+from absl import flags
 
 from experiments import report
 
@@ -95,7 +97,7 @@ def _ladder_summary(seed, sft, rl, shares=(0.3, 0.5, 0.2)):
 def _write(tmp_path, name, summary):
   d = tmp_path / name
   d.mkdir()
-  (d / "summary.json").write_text(__import__("json").dumps(summary))
+  (d / "summary.json").write_text(json.dumps(summary))
   return str(d)
 
 
@@ -127,7 +129,6 @@ def test_zero_adv_share_prefers_the_allocation_metric():
 
 def test_calibration_table(tmp_path):
   """Per step: mean ± 95% t interval of V0 and its baselines over runs; the past rate's coverage."""
-  import json  # pylint: disable=import-outside-toplevel
   dirs = []
   for s, brier in enumerate((0.08, 0.10)):
     d = tmp_path / f"v{s}"
@@ -147,3 +148,188 @@ def test_calibration_table(tmp_path):
   (tmp_path / "plain").mkdir()
   (tmp_path / "plain" / "metrics.jsonl").write_text('{"phase": "rl", "step": 1}\n')
   assert report.calibration_table([str(tmp_path / "plain")]) == ""
+
+
+# Hand-made work dirs for the paired, recovered-share and JSON tests. Final greedy accuracy on the
+# test set (rl_test_accuracy) per seed 0, 1, 2; the dev set's (rl_accuracy) is 0.02 lower:
+#   grpo         0.50 0.52 0.48
+#   oracle_prm   0.60 0.64 0.56   oracle - grpo = 0.10 0.12 0.08 (mean 0.10, sd 0.02)
+#   pav          0.56 0.58 0.51   pav - grpo    = 0.06 0.06 0.03 (mean 0.05)
+#   weak_oracle  0.52 0.50 0.49   weak - grpo   = 0.02 -0.02 0.01 (mean 0.0033, not above 0)
+TEST_FINALS = {"grpo": (0.50, 0.52, 0.48), "oracle_prm": (0.60, 0.64, 0.56),
+               "pav": (0.56, 0.58, 0.51), "weak_oracle": (0.52, 0.50, 0.49)}
+SFT = 0.30
+T4303 = 4.303  # t(0.975, 2 degrees of freedom)
+
+
+def _write_run(root, name, seed, test_final, with_test=True, steps=100, eval_every=10):
+  """A work dir: summary.json, and metrics.jsonl with `steps` RL steps of 100 rollout tokens
+  whose dev accuracy rises linearly from SFT to the dev final, evaluated every `eval_every`."""
+  dev_final = round(test_final - 0.02, 6)
+  d = root / name
+  d.mkdir()
+  summary = dict(seed=seed, sft_accuracy=SFT, rl_accuracy=dev_final,
+                 rl_sampled_accuracy=dev_final - 0.1, rl_train_seconds=10.0, wall_seconds=20.0)
+  if with_test:
+    summary.update(rl_test_accuracy=test_final, sft_test_accuracy=SFT + 0.01)
+  (d / "summary.json").write_text(json.dumps(summary))
+  recs = []
+  for step in range(1, steps + 1):
+    rec = {"phase": "rl", "step": step, "rollout_tokens": 100, "step_seconds": 0.1,
+           "informative_frac": 0.5}
+    if step % eval_every == 0:
+      rec["heldout_accuracy"] = SFT + (dev_final - SFT) * step / steps
+    recs.append(rec)
+  (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+  return str(d)
+
+
+def _ground(tmp_path, with_test=True):
+  for variant, finals in TEST_FINALS.items():
+    for seed, final in enumerate(finals):
+      _write_run(tmp_path, f"{variant}_seed{seed}", seed, final,
+                 with_test=with_test or variant != "pav")
+  return report.find_runs([str(tmp_path / "*")])
+
+
+def test_curves_keep_every_evaluation(tmp_path):
+  """Evaluating every 10 of 100 steps gives 11 points (SFT at 0 tokens), none dropped."""
+  runs = _ground(tmp_path)
+  curve = next(r for r in runs if r["name"] == "grpo_seed0")["curve"]
+  assert [p[0] for p in curve] == list(range(0, 101, 10))
+  assert [p[1] for p in curve] == [1000.0 * k for k in range(11)]
+  assert curve[-1][3] == pytest.approx(0.48)  # The dev final, 0.50 - 0.02.
+
+
+def test_recovered_share_delta_method():
+  base = dict(enumerate(TEST_FINALS["grpo"]))
+  rec = report.recovered_share(dict(enumerate(TEST_FINALS["pav"])),
+                               dict(enumerate(TEST_FINALS["oracle_prm"])), base)
+  # R = mean(pav - grpo) / mean(oracle - grpo) = 0.05 / 0.10 = 0.5. Residuals d_m - R d_o:
+  # 0.06 - 0.05, 0.06 - 0.06, 0.03 - 0.04 = 0.01, 0, -0.01, sd 0.01; half-width
+  # t * sd / (sqrt(3) * 0.10) = 4.303 * 0.01 / 0.17321 = 0.24843.
+  assert rec["share"] == pytest.approx(0.5)
+  assert rec["ci95"] == pytest.approx(T4303 * 0.01 / (math.sqrt(3) * 0.10))
+  assert rec["ci95"] == pytest.approx(0.24843, abs=1e-5)
+  assert rec["seeds"] == 3 and rec["resolved"]
+  # The weak oracle gains 0.02, -0.02, 0.01: mean 0.00333, sd 0.02082, lower end
+  # 0.00333 - 4.303 * 0.02082 / sqrt(3) < 0, so the share 0.05 / 0.00333 = 15 has no interval.
+  weak = report.recovered_share(dict(enumerate(TEST_FINALS["pav"])),
+                                dict(enumerate(TEST_FINALS["weak_oracle"])), base)
+  assert weak["share"] == pytest.approx(15.0) and math.isinf(weak["ci95"])
+  assert not weak["resolved"]
+  # Only the seeds all three ran count: without seed 2, R = 0.06 / 0.11.
+  two = report.recovered_share({0: 0.56, 1: 0.58}, dict(enumerate(TEST_FINALS["oracle_prm"])),
+                               base)
+  assert two["seeds"] == 2 and two["share"] == pytest.approx(0.06 / 0.11)
+  one = report.recovered_share({0: 0.56}, {0: 0.60}, {0: 0.50})
+  assert one["share"] == pytest.approx(0.6) and math.isnan(one["ci95"])
+  assert math.isnan(report.recovered_share({}, {0: 0.6}, {0: 0.5})["share"])
+  assert math.isnan(report.recovered_share({0: 0.6}, {0: 0.5}, {0: 0.5})["share"])  # no gain
+
+
+def test_parse_oracles():
+  variants = ["grpo", "pav", "knapsack", "oracle_prm", "oracle_knapsack"]
+  assert report.parse_oracles("oracle_prm", variants, "grpo") == {
+      "pav": "oracle_prm", "knapsack": "oracle_prm", "oracle_knapsack": "oracle_prm"}
+  assert report.parse_oracles("knapsack:oracle_knapsack,pav:oracle_prm", variants, "grpo") == {
+      "knapsack": "oracle_knapsack", "pav": "oracle_prm"}
+  # A bare name is the default for the variants not named; oracles get no share themselves.
+  assert report.parse_oracles("oracle_prm, knapsack:oracle_knapsack", variants, "grpo") == {
+      "pav": "oracle_prm", "knapsack": "oracle_knapsack"}
+  assert report.parse_oracles(None, variants, "grpo") == {}
+  with pytest.raises(ValueError, match="not variants"):
+    report.parse_oracles("pav:oracle_nope", variants, "grpo")
+  with pytest.raises(ValueError, match="two default"):
+    report.parse_oracles("oracle_prm,oracle_knapsack", variants, "grpo")
+
+
+def test_markdown_reports_test_split_and_recovered_share(tmp_path):
+  runs = _ground(tmp_path)
+  text = report.markdown(runs, baseline="grpo", oracle="pav:oracle_prm")
+  assert "final accuracy on the test set" in text
+  assert "| variant | seeds | test greedy acc | Δ vs baseline (paired) | share of oracle gain" in text
+  rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+  # pav: mean (0.56 + 0.58 + 0.51) / 3 = 0.550 ± 4.303 * sqrt(0.0013 / 3) = 0.090; paired delta
+  # 0.05 ± 4.303 * 0.01 = 0.043 (d = 0.06, 0.06, 0.03: sd 0.017321, / sqrt(3) = 0.01); share
+  # 0.50 ± 0.25 (test_recovered_share_delta_method).
+  assert rows["pav"].startswith("| pav | 3 | 0.550 ± 0.090 | 0.050 ± 0.043 | 0.50 ± 0.25 |")
+  assert rows["weak_oracle"].startswith("| weak_oracle | 3 | 0.503 ± 0.038 | 0.003 ± 0.052 | - |")
+  assert rows["grpo_seed0"].startswith("| grpo_seed0 | 0 | 0.480 |")  # dev, then test last
+  assert rows["grpo_seed0"].endswith("| 0.500 |")
+  # An oracle whose gain is not above 0 (0.00333 ± 0.052): the share 0.05 / 0.00333 = 15 is
+  # shown without an interval.
+  text = report.markdown(runs, baseline="grpo", oracle="weak_oracle")
+  assert "| pav | 3 | 0.550 ± 0.090 | 0.050 ± 0.043 | 15.00 (oracle gain not resolved) |" in text
+  # Two oracles: each cell names its own.
+  runs += [report.load_run(_write_run(tmp_path, f"pav2_seed{s}", s, acc))
+           for s, acc in enumerate(TEST_FINALS["pav"])]
+  text = report.markdown(runs, baseline="grpo", oracle="pav:oracle_prm,pav2:weak_oracle")
+  assert "| 0.50 ± 0.25 of oracle_prm |" in text
+  assert "| 15.00 (oracle gain not resolved) of weak_oracle |" in text
+
+
+def test_json_report(tmp_path):
+  runs = _ground(tmp_path)
+  data = report.json_report(runs, baseline="grpo", oracle="oracle_prm")
+  json.dumps(data, allow_nan=False)  # Strict JSON: undefined numbers are null.
+  assert data["baseline"] == "grpo" and data["test_accuracy_key"] == "rl_test_accuracy"
+  by = {v["name"]: v for v in data["variants"]}
+  assert sorted(by) == ["grpo", "oracle_prm", "pav", "weak_oracle"]
+  pav = by["pav"]
+  assert pav["seeds"] == 3 and pav["seed_ids"] == [0, 1, 2]
+  # Mean 0.55; deviations 0.01, 0.03, -0.04: sd sqrt(0.0026 / 2); half 4.303 * sd / sqrt(3).
+  assert pav["test_accuracy"] == pytest.approx(0.55)
+  assert pav["test_accuracy_ci95"] == pytest.approx(T4303 * math.sqrt(0.0013 / 3))
+  assert pav["dev_accuracy"] == pytest.approx(0.53)
+  assert pav["rollout_tokens"] == 10000.0  # 100 steps x 100 tokens
+  assert pav["paired_delta"]["grpo"] == [pytest.approx(0.05), pytest.approx(T4303 * 0.01)]
+  # pav - oracle_prm = -0.04, -0.06, -0.05: mean -0.05, sd 0.01.
+  assert pav["paired_delta"]["oracle_prm"] == [pytest.approx(-0.05),
+                                               pytest.approx(T4303 * 0.01 / math.sqrt(3))]
+  assert pav["recovered_share"] == dict(oracle="oracle_prm", baseline="grpo",
+                                        share=pytest.approx(0.5), ci95=pytest.approx(0.24843,
+                                                                                    abs=1e-5),
+                                        seeds=3, resolved=True)
+  # weak_oracle - grpo = 0.02, -0.02, 0.01 (mean 0.00333): share 0.0333 of oracle_prm's gain.
+  assert by["weak_oracle"]["recovered_share"]["share"] == pytest.approx(0.1 / 3)
+  assert "recovered_share" not in by["grpo"] and "recovered_share" not in by["oracle_prm"]
+  unresolved = report.json_report(runs, baseline="grpo", oracle="pav:weak_oracle")
+  share = next(v for v in unresolved["variants"] if v["name"] == "pav")["recovered_share"]
+  assert share["share"] == pytest.approx(15.0) and share["ci95"] is None  # null, not Infinity
+  assert not share["resolved"]
+  # Tokens to target: seed s's target is grpo's dev final (0.48, 0.50, 0.46); pav's dev curve
+  # rises linearly from 0.30 to 0.54, 0.56, 0.49 over 10,000 tokens, so it reaches it at
+  # 10,000 x 0.18 / 0.24 = 7,500, 10,000 x 0.20 / 0.26 = 7,692.3 and 10,000 x 0.16 / 0.19.
+  assert pav["tokens_to_target"]["reached"] == 3
+  assert pav["tokens_to_target"]["mean"] == pytest.approx(
+      np.mean([7500.0, 1e4 * 0.20 / 0.26, 1e4 * 0.16 / 0.19]))
+  assert by["grpo"]["tokens_to_target"]["mean"] == pytest.approx(10000.0)
+  assert by["grpo"]["paired_delta"]["pav"][0] == pytest.approx(-0.05)
+
+
+def test_json_falls_back_to_dev_when_a_run_has_no_test_set(tmp_path):
+  """One variant without rl_test_accuracy: every variant is read on dev, and the key says so."""
+  data = report.json_report(_ground(tmp_path, with_test=False), baseline="grpo")
+  assert data["test_accuracy_key"] == "rl_accuracy"
+  by = {v["name"]: v for v in data["variants"]}
+  assert by["grpo"]["test_accuracy"] == pytest.approx(0.48)  # dev: 0.48, 0.50, 0.46
+  assert by["pav"]["test_accuracy_key"] == "rl_accuracy"
+  assert by["pav"]["paired_delta"]["grpo"][0] == pytest.approx(0.05)  # the same on dev
+  assert "recovered_share" not in by["pav"]
+
+
+def test_main_writes_json(tmp_path):
+  (tmp_path / "runs").mkdir()
+  _ground(tmp_path / "runs")
+  out = tmp_path / "out"
+  flags.FLAGS(["report", f"--workdirs={tmp_path / 'runs' / '*'}", f"--out={out / 'r.md'}",
+               f"--json={out / 'r.json'}", "--baseline=grpo", "--oracle=pav:oracle_prm"])
+  try:
+    report.main(["report"])
+  finally:
+    flags.FLAGS.unparse_flags()
+  data = json.loads((out / "r.json").read_text())
+  assert [v["name"] for v in data["variants"]] == ["grpo", "oracle_prm", "pav", "weak_oracle"]
+  assert data["variants"][2]["recovered_share"]["share"] == pytest.approx(0.5)
+  assert "share of oracle gain recovered" in (out / "r.md").read_text()

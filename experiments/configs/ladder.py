@@ -1,6 +1,7 @@
 """The proving ground: SFT on flawed scratchpads, then GRPO, on 2- to 7-term integer chains.
 
-Command (2-core CPU, no accelerator, no network; about 14 minutes in all):
+Command (2-core CPU, no accelerator, no network; about 14 minutes in all when last timed alone,
+on 2026-11-24, see below):
   python -m experiments.run --config=experiments/configs/ladder.py --workdir=runs/ladder
 Variants: `:smoke` (seconds; the tests use it).
 
@@ -38,8 +39,10 @@ its own SFT (the spread then includes SFT's, std 0.036 over 3 seeds).
 
 Measured (experiments/README.md, "The proving ground", has the 3-seed tables; 2026-11-25): SFT
 greedy 0.347 on the 1,200 held-out problems, GRPO after 75 steps 0.479 +- 0.026 (95% interval
-over seeds 0-2), seed std 0.010; every item of the issue's gate is met. 834 s for the whole run
-alone on the 2-core CPU (2026-11-24).
+over seeds 0-2), seed std 0.010; every item of the issue's gate is met but the time, which was not
+re-measured: 834 s for the whole run alone on the 2-core CPU is seed 2 of 2026-11-24 (this
+file as of commits f846260 to fbcdca6: the same SFT and RL steps and sizes, but one SFT per seed,
+problems drawn from seed 2 and that day's code).
 """
 
 from __future__ import annotations
