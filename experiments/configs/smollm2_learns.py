@@ -13,21 +13,24 @@ arithmetic problem: 37 + 8 =`), as the user turn of SmolLM2's chat template. The
 ships answers in a sentence ('The answer to this arithmetic problem is 45.'), so the answer is
 its last number (`answer_extraction='last_number'`). It is right on 0.16-0.18 of the problems
 greedily and 0.07 at temperature 1 with a spread over problems: in reach, not solved. One-digit
-terms alone have only 200 distinct problems (too few for a 500-problem held-out set); gsm_symbolic
-is out of reach (~0).
+terms alone have only 200 distinct problems (too few for a 500-problem held-out set);
+`basic_arithmetic` with one-digit terms is in reach too (0.25) but was not tried for RL;
+gsm_symbolic is out of reach (0.02).
 
 Settings: no SFT (the checkpoint is the policy and would be the KL reference; `kl_coef=0`, as in
 DAPO and TRL's default beta). GRPO, group std scaling, PPO clip 0.2, token-mean loss, AdamW at a
 constant 1e-5 (betas 0.9 / 0.99, no weight decay), gradient clip 1.0; 30 steps of 8 prompts x 8
 samples (G = 8: at p ~ 0.07 a group of 4 is all-wrong 75% of the time, of 8 about half), 48 new
-tokens at most (answers take 10-25), float32, `scan_layers` (the first step starts sooner, same
+tokens at most (completions averaged 19-31 tokens in the runs), float32, `scan_layers` (the first step starts sooner, same
 steady step time). A pilot at lr 1e-5 raised held-out greedy accuracy from 0.175 to 0.325 in
 10 steps (the only learning rate tried; smollm2.py's 1e-6 was not). Held-out: 500 problems (pinned `task.seed=0`, so every seed sees the same set), greedy and
 one sample each before and after RL; every 5 steps greedy on 200 of them (`rl.eval_subset`).
 
-Measured (experiments/README.md, "SmolLM2 learns", and benchmarks/README.md, "learn_parity"):
-on one H200, 30 steps took 0.155 s each (TRL's GRPOTrainer on the same run: 1.65 s), and
-held-out greedy accuracy went from 0.164 to 0.464 / 0.516 (seeds 0 / 1).
+Measured (experiments/README.md, "A real LM learns", and benchmarks/README.md, "learn_parity"):
+on the 2-core CPU, held-out greedy accuracy went from 0.162 to 0.458 / 0.444 (seeds 0 / 1) in
+28 / 32 minutes with other jobs sharing the machine, peak memory about 11.7 GB. On one H200,
+the 30 steps took 0.155 s each (TRL's GRPOTrainer on the same run: 1.65 s), and held-out greedy
+accuracy went from 0.164 to 0.464 / 0.516.
 """
 
 from __future__ import annotations
