@@ -30,7 +30,11 @@ def test_parse_args():
       bench.parse_args(bad)
 
 
-def test_scan_layers_benchmark_tiny(tiny_dir, capsys):
+def test_scan_layers_benchmark_tiny(tiny_dir, capsys, monkeypatch):
+  # XLA optimizations off in the six workers (they inherit this environment): what is checked is
+  # the report's shape and that every figure is there and positive, not its values; the tiny
+  # programs' time is mostly compiling.
+  monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
   out = bench.main(["--model_dir", tiny_dir, "--shape=2x2x4", "--steps=1",
                     "--aot_models=tiny", "--aot_topology=v5e:2x2",
                     "--aot_param_dtype=float32"])

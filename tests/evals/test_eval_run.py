@@ -25,8 +25,15 @@ from rl_jax.train import evaluate, loop
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# XLA optimizations off: compiling the smoke pipeline is most of the run's time, and every check
+# compares results of this run with each other or with transformers, to tolerances (or exactly,
+# the greedy answers) that hold either way.
+pytestmark = pytest.mark.usefixtures("fast_compiles")
+
+
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, smoke_config_factory):
+def finished_run(tmp_path_factory, smoke_config_factory, fast_compiles):
+  del fast_compiles  # Requested first: the run compiles as the evaluations do.
   config = smoke_config_factory()
   config.control.enabled = False
   config.eval.temperatures = ()

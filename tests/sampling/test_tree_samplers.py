@@ -12,6 +12,8 @@ from rl_jax.rl import logprobs
 from rl_jax.sampling import eptree, latr
 
 EOS = 1
+# Compiling dominates these tiny shapes; the comparisons hold with or without XLA's optimizations.
+pytestmark = pytest.mark.usefixtures("fast_compiles")
 # The model calls the tests make themselves are jitted (eagerly, every primitive would compile on
 # its own, again for every new shape).
 _init_params = jax.jit(models.init_params, static_argnums=0)
