@@ -50,13 +50,8 @@ SURVEY = (
     ("gsm_symbolic", "gsm_symbolic", {}, "last_number"),
 )
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "The run's config (model and template).")
-_NUM_PROBLEMS = flags.DEFINE_integer("num_problems", 100, "Held-out problems per task.")
-_NUM_SAMPLES = flags.DEFINE_integer("num_samples", 8, "Samples per problem at temperature 1.")
-_MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 64, "Completion length cap.")
-_TASKS = flags.DEFINE_list("tasks", [], "Labels of SURVEY to run (default: all).")
-_OUT = flags.DEFINE_string("out", None, "Append the JSON lines to this file too.")
-_WORKDIR = flags.DEFINE_string("workdir", "runs/task_survey", "Scratch directory.")
+# The command's flags are defined in `define_flags` (called only when run as a command), so that
+# tests can import `survey_task` beside experiments.run, which defines its own --config.
 
 
 def survey_task(config, label: str, workdir: str, params=None, *, num_problems: int,
@@ -96,6 +91,19 @@ def survey_task(config, label: str, workdir: str, params=None, *, num_problems: 
   return row, params
 
 
+def define_flags() -> None:
+  """Defines the command's flags (module globals read by `main`)."""
+  global _CONFIG, _NUM_PROBLEMS, _NUM_SAMPLES, _MAX_NEW_TOKENS, _TASKS, _OUT, _WORKDIR
+  _CONFIG = config_flags.DEFINE_config_file("config", None,
+                                            "The run's config (model and template).")
+  _NUM_PROBLEMS = flags.DEFINE_integer("num_problems", 100, "Held-out problems per task.")
+  _NUM_SAMPLES = flags.DEFINE_integer("num_samples", 8, "Samples per problem at temperature 1.")
+  _MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 64, "Completion length cap.")
+  _TASKS = flags.DEFINE_list("tasks", [], "Labels of SURVEY to run (default: all).")
+  _OUT = flags.DEFINE_string("out", None, "Append the JSON lines to this file too.")
+  _WORKDIR = flags.DEFINE_string("workdir", "runs/task_survey", "Scratch directory.")
+
+
 def main(argv):
   del argv
   if _CONFIG.value is None:
@@ -122,4 +130,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   cli.run(main)
