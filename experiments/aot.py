@@ -24,7 +24,6 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
 _TOPOLOGY = flags.DEFINE_string("topology", "v5e:2x2",
                                 "TPU topology, e.g. v5e:2x4, v5p:2x2x1, v6e:2x4, v5e:4x4.")
 _PHASES = flags.DEFINE_list("phases", list(aot.PHASES), f"Phases to compile, of {aot.PHASES}.")
-flags.mark_flags_as_required(["config"])
 
 
 def main(argv):
@@ -35,4 +34,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, required=('config',))

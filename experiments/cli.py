@@ -153,8 +153,16 @@ def warn(message: str) -> None:
   print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
-def run(main: Callable) -> None:
-  """`app.run(main)` with one-line errors (module docstring) and the quiet CPU default."""
+def run(main: Callable, required: tuple[str, ...] = ()) -> None:
+  """`app.run(main)` with one-line errors (module docstring) and the quiet CPU default.
+
+  `required` names the flags the command cannot run without. They are marked here, when the
+  module runs as a command, not at import: a module imported beside another (a test, a sweep
+  driver) must not make a later `flags.FLAGS(argv)` in the same process fail on a flag it never
+  used.
+  """
+  if required:
+    flags.mark_flags_as_required(list(required))
   platforms.quiet_default()
 
   def wrapped(argv):

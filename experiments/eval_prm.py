@@ -26,7 +26,6 @@ _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", 300, "Held-out problems (spre
 _SAMPLES = flags.DEFINE_integer("samples", 8, "Completions per problem (best-of-N's N).")
 _MAX_STEPS = flags.DEFINE_integer("max_steps", 10, "Step slots per completion.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the samples.")
-flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv):
@@ -44,4 +43,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  flags.mark_flags_as_required(["workdir"])
   app.run(main)

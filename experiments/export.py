@@ -25,7 +25,6 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "The run's work dir.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (created; weights are replaced).")
 _PHASE = flags.DEFINE_enum("phase", "final", list(runner.PHASES),
                            "final (rl if it ran, else sft), rl, sft, or init.")
-flags.mark_flags_as_required(["workdir", "out"])
 
 
 def main(argv):
@@ -41,4 +40,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, required=('workdir', 'out'))

@@ -45,7 +45,6 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the r
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0 .. N-1.")
 _PRINT_CONFIG = flags.DEFINE_bool("print_config", False,
                                   "Print the config's fields (overrides applied) and exit.")
-flags.mark_flags_as_required(["config"])
 
 
 def main(argv):
@@ -80,4 +79,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, required=('config',))

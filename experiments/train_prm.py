@@ -31,7 +31,6 @@ _DELIM = flags.DEFINE_string("delimiter", "\n", "Step delimiter text.")
 _TOKEN_IDS = flags.DEFINE_list("step_token_ids", [], "Step-ending token ids (overrides).")
 _MAX_STEPS = flags.DEFINE_integer("max_steps", 10, "Step slots per completion.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the problems, samples and PRM batches.")
-flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv):
@@ -52,4 +51,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  flags.mark_flags_as_required(["workdir"])
   app.run(main)

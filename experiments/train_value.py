@@ -35,7 +35,6 @@ _STEPS = flags.DEFINE_integer("steps", 300, "Optax steps.")
 _VAL_STEPS = flags.DEFINE_integer("val_steps", 10, "The last N policy steps are held out.")
 _OVERRIDES = flags.DEFINE_multi_string(
     "v0", [], "config.value.v0 overrides as FIELD=VALUE (e.g. --v0=head=transformer).")
-flags.mark_flags_as_required(["history", "workdir"])
 
 
 def main(argv):
@@ -59,4 +58,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  flags.mark_flags_as_required(["history", "workdir"])
   app.run(main)

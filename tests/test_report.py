@@ -320,6 +320,10 @@ def test_json_falls_back_to_dev_when_a_run_has_no_test_set(tmp_path):
 
 
 def test_main_writes_json(tmp_path):
+  """report's flags parse in a process that has also imported experiments.run (a test worker
+  that ran another file first): run marks --config required only when it runs as a command."""
+  # pylint: disable=g-import-not-at-top,unused-import (imported for its flag definitions)
+  from experiments import run
   (tmp_path / "runs").mkdir()
   _ground(tmp_path / "runs")
   out = tmp_path / "out"
