@@ -14,6 +14,9 @@ from rl_jax import experiment
 from rl_jax.train import loop
 
 
+# XLA optimizations off: compiling the pipeline is most of the run's time; the summary's fields
+# and bounds checked here do not depend on it.
+@pytest.mark.usefixtures("fast_compiles")
 def test_ladder_smoke_end_to_end(tmp_path):
   config = ladder_config.get_config("smoke")
   summary = loop.run(config, str(tmp_path))
