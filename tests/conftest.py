@@ -39,19 +39,20 @@ def make_smoke_config() -> ml_collections.ConfigDict:
 # alone at the end. Only the order changes; re-measure with --durations when it drifts.
 LONGEST_FIRST = (
     "models/test_scan_layers.py",  # 75
-    "test_multihost.py",  # 68, three processes
-    "test_benchmarks_scan_layers.py",  # 62, six processes one after another
-    "sampling/test_tree_samplers.py",  # 62
-    "evals/test_eval_run.py",  # 57
+    "test_multihost.py",  # 68, three processes at once
     "test_benchmarks_faults.py",  # 52, four processes one after another
+    "test_benchmarks_scan_layers.py",  # 48, six processes one after another
     "train/test_precision.py",  # 46
     "train/test_resume.py",  # 42
     "train/test_sharding.py",  # 40
     "test_run_cli.py",  # 38
     "test_colab.py",  # 38
-    "rollout/test_collect.py",  # 37
+    "sampling/test_tree_samplers.py",  # 38
+    "evals/test_eval_run.py",  # 37
     "train/test_scan_layers_resume.py",  # 36
     "test_learning.py",  # 35
+    "rollout/test_collect.py",  # 28
+    "value/prm/test_process_resume.py",  # 28
 )
 
 

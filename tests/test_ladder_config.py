@@ -15,10 +15,14 @@ from rl_jax import experiment
 from rl_jax.data import ladder as ladder_data
 from rl_jax.train import config_check, loop
 
+# XLA optimizations off: compiling the pipeline is most of these runs' time; what is checked (the
+# summary's fields and bounds, one run's figures against another's) holds either way.
+pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
+def smoke_run(tmp_path_factory, fast_compiles):
   """The `:smoke` run with its defaults: (config, summary, work dir)."""
+  del fast_compiles  # Requested first: the run compiles as the tests' own runs do.
   config = ladder_config.get_config("smoke")
   workdir = tmp_path_factory.mktemp("ladder_smoke")
   return config, loop.run(config, str(workdir)), workdir

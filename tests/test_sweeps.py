@@ -26,6 +26,9 @@ from rl_jax.train import init_from, loop, phases
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# XLA optimizations off: compiling the smoke phases is most of these runs' time; what is checked
+# (restored params, bit-equal SFTs of one program, the report's structure) holds either way.
+pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 
 def test_estimator_sweep_is_data():
@@ -118,8 +121,9 @@ def _rl_config(make, source, **rl):
 
 
 @pytest.fixture(scope="module")
-def sft_source(tmp_path_factory, smoke_config_factory):
+def sft_source(tmp_path_factory, smoke_config_factory, fast_compiles):
   """A work dir holding a finished smoke SFT, and its final params (from memory)."""
+  del fast_compiles  # Requested first: the SFT compiles as the tests' SFTs do.
   workdir = str(tmp_path_factory.mktemp("sft"))
   config = smoke_config_factory()
   exp = experiment.build(config, workdir)

@@ -21,11 +21,15 @@ for _name, _fn in (("test_always_raises", _fault_rewards.always_raises),
     rewards.REWARDS.register(_name)(_fn)
 
 TIMEOUT = 0.3
+# XLA optimizations off: compiling the smoke pipeline is most of these runs' time; the counts and
+# the error checked here do not depend on it.
+pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 
 @pytest.fixture(scope="module")
-def faulty_run(tmp_path_factory, smoke_config_factory):
+def faulty_run(tmp_path_factory, smoke_config_factory, fast_compiles):
   """default.py:smoke with a raising and a hanging reward component (weight 0)."""
+  del fast_compiles  # Requested first: the run compiles as the second test's run does.
   config = smoke_config_factory()
   config.rl.rewards = ("task_score", "test_always_raises", "test_always_hangs")
   config.rl.reward_weights = (1.0, 0.0, 0.0)

@@ -172,6 +172,9 @@ def test_v05_config_errors(smoke_config):
     checks.check_config(smoke_config)
 
 
+# XLA optimizations off: compiling the smoke RL phase is most of its time; the metrics' presence
+# and finiteness checked here do not depend on it.
+@pytest.mark.usefixtures("fast_compiles")
 def test_rl_phase_with_v05(smoke_config, tmp_path):
   """`--config.rl.advantage=v05 --config.rl.group_size=4` through the real engine and RL phase."""
   smoke_config.rl.update(steps=2, eval_every=0, advantage="v05", group_size=4,

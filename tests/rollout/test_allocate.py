@@ -15,6 +15,9 @@ from rl_jax.rollout.requests import StepContext
 from rl_jax.train import config_check, phases
 from rl_jax.value.history import RolloutHistory
 
+# XLA optimizations off: the real-engine tests compile the smoke rollouts and RL phase, which is
+# most of their time; they check counts, shapes and one run against another.
+pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 def _config(**rl):
   """The ladder smoke config with `config.rl.<dotted key> = value` overrides."""
@@ -190,7 +193,6 @@ def test_dynamic_sampling_with_an_allocator(smoke_config, tmp_path):
   assert np.bincount(np.asarray(batch.group)[np.asarray(batch.valid)], minlength=4).max() <= 6
 
 
-@pytest.mark.usefixtures("fast_compiles")
 def test_rl_phase_resumed_allocates_as_uninterrupted(smoke_config_factory, tmp_path):
   """VADE on a 12-problem pool (prompts repeat): the RL phase interrupted after step 2 and
   resumed logs the same step 3 (allocation included) as the uninterrupted phase."""
