@@ -174,6 +174,11 @@ def _check_allocation(config) -> None:
     raise ValueError(f"config.rl.allocation.probe={a.probe} is not supported with the "
                      f"data-selection allocator {rl.allocator!r} (it picks prompts before any "
                      "row is sampled); use probe=0")
+  if rl.allocator_prior and not alloc_lib.ALLOCATORS.get(rl.allocator).reads_prior:
+    readers = [n for n in alloc_lib.ALLOCATORS.names() if alloc_lib.ALLOCATORS.get(n).reads_prior]
+    raise ValueError(f"config.rl.allocator_prior={rl.allocator_prior!r}: allocator "
+                     f"{rl.allocator!r} does not read a prior; expected allocator in {readers} "
+                     "or allocator_prior=''")
   if rl.allocator == "uniform":
     return
   if rl.rollout not in RAGGED_ROLLOUTS:

@@ -72,6 +72,25 @@ def test_knapsack_allocator_rules():
   assert out.counts.sum() == 32
 
 
+def test_knapsack_reads_a_prior_in_place_of_the_history():
+  """With p_hat (config.rl.allocator_prior) Knapsack allocates by the prior for every prompt,
+  whatever the history holds: the rules' case above with the history empty and the rates given
+  as the prior gives the same counts, the unknown prompt now an estimate (p = 0.5, 3 extra)."""
+  budget = A.Budget(32, 4, min_n=2, max_n=16)
+  empty = A.PromptStats(np.arange(4), np.zeros(4), np.zeros(4))
+  assert A.run(A.make("knapsack"), empty, budget, {},
+               np.random.default_rng(0)).counts.tolist() == [8, 8, 8, 8]  # no estimate: default
+  prior = A.PromptStats(np.arange(4), np.zeros(4), np.zeros(4), p_hat=[0.5, 0.0, 1.0, 0.5])
+  out = A.run(A.make("knapsack"), prior, budget, {}, np.random.default_rng(0))
+  # Every prompt is an estimate: the public code's counts for p = (0.5, 0, 1, 0.5), the p = 0
+  # prompt filled to max_n by the fallback, the p = 1 prompt well under the default 8.
+  assert out.counts.tolist() == knapsack.knapsack_counts(
+      np.array([0.5, 0.0, 1.0, 0.5]), np.ones(4, bool), budget, default_n=8, alpha=0.9,
+      cost="probability", fallback=True).tolist() == [7, 16, 3, 6]
+  assert A.ALLOCATORS.get("knapsack").reads_prior and A.ALLOCATORS.get("v0").reads_prior
+  assert not A.ALLOCATORS.get("dars").reads_prior
+
+
 def test_knapsack_fallback_with_every_prompt_effective():
   """Fallback with no p = 0 and no non-effective prompt to take the excess (hypothesis found
   it; the reference divides by zero): the excess stays with the knapsack."""

@@ -57,6 +57,11 @@ def test_default_is_uniform_and_checks():
     ({"allocator": "knapsack", "rollout": "echo"}, r"needs ragged groups"),
     ({"allocator": "xrpo", "allocation.xrpo.form": "nope"}, r"xrpo form='nope'"),
     ({"prompt_pool": -1}, r"config.rl.prompt_pool=-1"),
+    ({"allocator_prior": "history"},
+     r"allocator_prior='history': allocator 'uniform' does not read a prior; expected allocator "
+     r"in \['knapsack', 'v0'\]"),
+    ({"allocator": "dars", "max_group_size": 8, "allocator_prior": "oracle"},
+     r"allocator 'dars' does not read a prior"),
 ])
 def test_config_errors_name_the_field(overrides, match):
   with pytest.raises(config_check.ConfigError, match=match):

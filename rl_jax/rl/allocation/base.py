@@ -116,6 +116,9 @@ class Allocator:
   """Base class: stateless, keeps every candidate, `allocate` to be defined."""
 
   selects = False  # True: picks B of C candidates (data selection).
+  # True: `allocate` reads `stats.p_hat`, the predictions of `config.rl.allocator_prior`; a
+  # prior named for an allocator that does not is refused (rl_jax/rollout/checks.py).
+  reads_prior = False
 
   def init_state(self) -> dict:
     return {}

@@ -135,9 +135,12 @@ def knapsack_counts(p: np.ndarray, valid: np.ndarray, budget: Budget, *, default
 class Knapsack(Allocator):
   """Knapsack RL [V]. `p` = the prompt's success rate over its observed rollouts (the history
   window, plus this step's probe); it is an estimate when at least `min_obs` were seen (the
-  reference: 8 of a 16-rollout buffer). `default_n` = rows of a prompt without an estimate
+  reference: 8 of a 16-rollout buffer). With a prior (`config.rl.allocator_prior`, e.g. the
+  `oracle` prior's Monte Carlo rates) `p` is the prior's `p_hat` for every prompt instead, an
+  estimate whatever the history holds. `default_n` = rows of a prompt without an estimate
   (0: the budget's mean, total // B). alpha, cost: the fallback's cost estimate; fallback: send
   what the effective prompts cannot use to the p = 0 prompts."""
+  reads_prior = True
   min_obs: int = 8
   default_n: int = 0
   alpha: float = 0.9
@@ -153,8 +156,11 @@ class Knapsack(Allocator):
 
   def allocate(self, stats, budget, state, rng):
     del state, rng
-    valid = stats.attempts >= max(self.min_obs, 1)
-    p = np.nan_to_num(stats.rate(), nan=0.5)
+    if stats.p_hat is not None:
+      p, valid = stats.p_hat, np.ones(len(stats), bool)
+    else:
+      valid = stats.attempts >= max(self.min_obs, 1)
+      p = np.nan_to_num(stats.rate(), nan=0.5)
     default = self.default_n or budget.total // budget.num_prompts
     n = knapsack_counts(p, valid, budget, default_n=default, alpha=self.alpha, cost=self.cost,
                         fallback=self.fallback)
@@ -168,6 +174,7 @@ class V0Allocation(Allocator):
   `p̂ > 1 − δ` get `min_n` rows; the rest of the budget is split over the others by the Knapsack
   value with `p̂` in place of the historical rate (greedy == DP). Needs `stats.p_hat`.
   With `reconstructed=False` there is no published rule to fall back on: it raises."""
+  reads_prior = True
   delta: float = 0.05
   reconstructed: bool = True
 
