@@ -10,6 +10,7 @@ import os
 import pytest
 
 from experiments.configs import ladder as ladder_config
+from experiments.configs import ladder2 as ladder2_config
 from rl_jax import data
 from rl_jax import experiment
 from rl_jax.data import ladder as ladder_data
@@ -107,6 +108,29 @@ def test_ladder_config_variants():
   assert experiment.phase_seed(_with(c, seed=2), "rl") == 2
   with pytest.raises(AttributeError):
     c.rl.stepz = 3  # locked
+
+
+def test_ladder2_config_and_its_problem_sets():
+  """ladder2.py (issue 32): 4- to 8-term chains, a constant rate after warmup, dev and test."""
+  c = ladder2_config.get_config()
+  config_check.check(c)
+  assert (c.task.options.min_terms, c.task.options.max_terms) == (4, 8)
+  assert c.rl.optim.schedule == "constant" and c.rl.optim.warmup_steps > 0
+  assert (c.rl.steps, c.rl.eval_every, c.rl.eval_subset) == (100, 10, 600)
+  assert c.task.test_size == c.task.eval_size == 1200 and c.sft.seed == 0
+  assert c.model.max_seq_len == 160 and c.sampling.max_new_tokens == 96
+  with pytest.raises(ValueError, match="unknown variant 'big' of ladder2.py"):
+    ladder2_config.get_config("big")
+  smoke = ladder2_config.get_config("smoke")
+  config_check.check(smoke)
+  tc = smoke.task
+  task = data.make_task(tc.name, tc.options.to_dict(), tc.seed, tc.train_size, tc.eval_size,
+                        test_size=tc.test_size)
+  strata = lambda problems: collections.Counter(ladder_data.LadderTask.stratum(e)
+                                                for e in problems)
+  assert strata(task.heldout) == strata(task.test) == {k: 6 for k in range(4, 9)}
+  prompts = lambda problems: {e.prompt for e in problems}
+  assert not prompts(task.test) & (prompts(task.heldout) | prompts(task.train))
 
 
 def _heldout(config):

@@ -18,11 +18,12 @@ import pytest
 
 from experiments import report
 from experiments.configs import ladder as ladder_config
-from experiments.sweeps import estimators, ladder_baselines, launch, value_priors
+from experiments.configs import ladder2 as ladder2_config
+from experiments.sweeps import estimators, ground_v2, ladder_baselines, launch, value_priors
 from rl_jax import experiment, models
 from rl_jax.metrics import MetricsWriter
 from rl_jax.rollout import checks
-from rl_jax.train import init_from, loop, phases
+from rl_jax.train import config_check, init_from, loop, phases
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -53,6 +54,26 @@ def test_ladder_baselines_sweep_applies_to_the_ladder_config():
   by_name = {r["name"]: r for r in runs}
   assert by_name["mc_grpo_seed2"]["rl.group_size"] == 5  # G = 4 (+1 pivot).
   assert by_name["grpo_g4_seed0"]["rl.group_size"] == 4
+
+
+def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
+  runs = ground_v2.get_sweep()
+  assert {r["name"].rsplit("_seed", 1)[0] for r in runs} == {
+      "grpo_g4", "grpo_g8", "grpo_g16", "oracle_prm", "oracle_knapsack", "oracle_treepo"}
+  assert [r["seed"] for r in runs[:6]] == [0] * 6 and {r["seed"] for r in runs} == set(range(5))
+  budgets = {}
+  for run in runs:
+    config = ladder2_config.get_config()
+    config.unlock()
+    config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
+    config_check.check(config)  # registry names, ranges, rollout and allocator rules
+    budgets[run["name"].rsplit("_seed", 1)[0]] = config.rl.prompts_per_step * config.rl.group_size
+  # The oracles run at GRPO G=4's rows per step; G=8 and G=16 at 2x and 4x.
+  assert budgets == {"grpo_g4": 128, "grpo_g8": 256, "grpo_g16": 512, "oracle_prm": 128,
+                     "oracle_knapsack": 128, "oracle_treepo": 128}
+  report = ground_v2.report_command("runs/sweeps/ground_v2", "experiments/sweeps")
+  assert "--baseline=grpo_g4" in report and any(a.endswith("ground_v2_report.json")
+                                                for a in report)
 
 
 def test_value_priors_sweep_applies_to_the_ladder_config():
@@ -95,6 +116,33 @@ app.run(lambda _: print(json.dumps(
     {k: functools.reduce(getattr, k.split("."), config.value) for k in keys})),
     argv=[sys.argv[0]] + sys.argv[2:])
 """
+
+
+def _script(code: str) -> list:
+  return [sys.executable, "-c", code]
+
+
+def test_launcher_jobs_run_after_the_shared_sft_and_side_by_side(tmp_path):
+  """--jobs=2: the SFT-only step finishes before any run starts; two runs are in flight at once
+  (run a waits for a file that run b writes, so one-after-another would fail); a run's output
+  goes to its launch.log; a failed run raises naming its work dir after the others end."""
+  d = {n: tmp_path / n for n in ("sft", "a", "b", "c")}
+  wait_for_b = (f"import os, sys, time\nfor _ in range(600):\n  if os.path.exists("
+                f"{str(d['b'] / 'mark')!r}): sys.exit(0)\n  time.sleep(0.05)\nsys.exit(3)")
+  steps = [
+      (str(d["sft"]), _script(f"import os; os.makedirs({str(d['sft'])!r}); "
+                              f"open({str(d['sft'] / 'summary.json')!r}, 'w').write('{{}}')")
+       + ["--config.rl.steps=0"]),
+      (str(d["a"]), _script(f"import os; assert os.path.exists({str(d['sft'] / 'summary.json')!r})"
+                            f"\n{wait_for_b}\n")),
+      (str(d["b"]), _script(f"print('hello from b'); open({str(d['b'] / 'mark')!r}, 'w')")),
+  ]
+  launch.execute(steps, jobs=2)
+  assert (d["b"] / "launch.log").read_text() == "hello from b\n"
+  assert (d["a"] / "launch.log").exists()
+  steps = [(str(d["c"]), _script("import sys; sys.exit(5)")), (str(d["b"]), _script("pass"))]
+  with pytest.raises(RuntimeError, match=r"run .*c exited with status 5"):
+    launch.execute(steps, jobs=2)
 
 
 def test_launcher_flags_parse_back_to_the_overrides(tmp_path):
