@@ -11,9 +11,15 @@ import os
 import tempfile
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
+# One XLA CPU thread per test process: pytest-xdist runs one worker per core, and tests start
+# runs as subprocesses beside them, so XLA's own thread pools only oversubscribed the cores
+# (their spin-waiting cost a fifth of the suite's CPU time on 2 cores). Results do not depend on
+# it; the runs and benchmarks outside the tests keep XLA's defaults.
+_THREAD_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")
 
-if _DEVICE_FLAG not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_DEVICE_FLAG}".strip()
+for _flag in (_DEVICE_FLAG,) + _THREAD_FLAGS:
+  if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
 # Runs turn on the persistent compilation cache (config.compile_cache_dir); the tests' runs, and
 # the runs they start as subprocesses, use one temporary directory per session, not ~/.cache.
