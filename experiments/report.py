@@ -9,9 +9,10 @@ A run is a work dir holding `summary.json` (others, such as a sweep's `_sft/`, a
 variant is the directory name without a trailing `_seedN`. Rollout tokens are the RL phase's
 sampled completion tokens (every generation round counted); RL seconds are the wall seconds of
 the RL steps, compilation of the first step excluded, summed over every process that ran them
-(the RL checkpoint carries the count). Wall seconds are summary.json's `wall_seconds`: only the
-processes that reached the end of the run, so a run stopped midway and resumed can show fewer
-wall than RL seconds (rl_jax/train/loop.py). Each run's curve is its dev greedy
+(the RL checkpoint carries the count). Wall seconds are summary.json's `wall_seconds`: every
+process that ran the work dir, a stopped one up to its last metrics record (`wall_clock.json`,
+rl_jax/train/loop.py); runs finished before that ledger count only the processes that reached
+the end. Each run's curve is its dev greedy
 accuracy at every periodic RL evaluation (`config.rl.eval_every`; no point is dropped, so
 evaluating every 10 of 100 steps gives 11 points with the SFT policy's at 0 tokens).
 

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import tqdm
@@ -56,10 +56,12 @@ class MetricsWriter:
   a disabled writer does nothing.
   """
 
-  def __init__(self, workdir: str | os.PathLike, *, enabled: bool = True):
+  def __init__(self, workdir: str | os.PathLike, *, enabled: bool = True,
+               on_write: Callable[[], None] | None = None):
     self.workdir = os.fspath(workdir)
     self.path = os.path.join(self.workdir, workdir_lib.METRICS_FILE)
     self.enabled = enabled
+    self._on_write = on_write  # Called after every record (the run's wall-clock ledger).
     self._tb = None
     if enabled:
       os.makedirs(self.workdir, exist_ok=True)
@@ -79,6 +81,8 @@ class MetricsWriter:
     for name, value in values.items():
       self._tb.add_scalar(f"{phase}/{name}", value, global_step=int(step))
     self._tb.flush()
+    if self._on_write is not None:
+      self._on_write()
 
   def truncate(self, phase: str, after_step: int) -> int:
     """Drops records of `phase` with step > `after_step`; returns how many.

@@ -8,7 +8,6 @@ pytest-xdist every worker process imports this file too.
 from __future__ import annotations
 
 import os
-import tempfile
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
 # One XLA CPU thread per test process: pytest-xdist runs one worker per core, and tests start
@@ -21,10 +20,13 @@ for _flag in (_DEVICE_FLAG,) + _THREAD_FLAGS:
   if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
-# Runs turn on the persistent compilation cache (config.compile_cache_dir); the tests' runs, and
-# the runs they start as subprocesses, use one temporary directory per session, not ~/.cache.
-if "RL_JAX_COMPILE_CACHE_DIR" not in os.environ:
-  os.environ["RL_JAX_COMPILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="rl_jax_test_jax_cache_")
+# Runs turn on the persistent compilation cache (config.compile_cache_dir), and it stays on in
+# their process: in a test worker every later compile of every later test file would write to
+# it. The suite compiles thousands of programs once each, so the cache gained nothing, and its
+# size-bounded directory (scanned and locked on each write, shared by the workers) made the
+# files after the first run 3 to 5 times slower. The tests' runs, and the runs they start as
+# subprocesses, run without it; tests/test_compile_cache.py turns it on where it is the subject.
+os.environ.setdefault("RL_JAX_COMPILE_CACHE_DIR", "")
 
 import ml_collections  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position

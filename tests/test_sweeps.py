@@ -76,6 +76,34 @@ def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
                                                 for a in report)
 
 
+def test_ground_v2_gates_on_fixed_report_json(tmp_path):
+  """The gates read report --json: paired gains against grpo_g4 and its seed std."""
+  def variant(name, by_seed, delta=None):
+    return dict(name=name, seeds=len(by_seed), test_accuracy_by_seed=by_seed,
+                paired_delta={} if delta is None else {"grpo_g4": delta})
+  data = dict(variants=[
+      variant("grpo_g4", {"0": 0.40, "1": 0.42, "2": 0.44}),
+      variant("grpo_g16", {"0": 0.45, "1": 0.47, "2": 0.49}, [0.05, 0.004]),
+      variant("oracle_prm", {"0": 0.43, "1": 0.45, "2": 0.47}, [0.03, 0.01]),
+  ])
+  rows = {r["variant"]: r for r in ground_v2.gates(data)}
+  assert rows["grpo_g16"]["met"] is True  # 0.05 >= 0.04 and 0.05 - 0.004 > 0
+  assert rows["oracle_prm"]["met"] is False  # 0.03 < 0.05
+  assert rows["oracle_knapsack"]["met"] is None and rows["oracle_knapsack"]["seeds"] == 0
+  assert rows["grpo_g4"]["value"] == pytest.approx(0.02)  # std of 0.40, 0.42, 0.44 (ddof 1)
+  data["variants"][1]["paired_delta"]["grpo_g4"] = [0.05, 0.06]  # interval reaches 0
+  assert ground_v2.gates(data)[0]["met"] is False
+  out = tmp_path / "r"
+  (tmp_path / "r.json").write_text(json.dumps(data))
+  (tmp_path / "r.md").write_text("# table\n")
+  ground_v2.add_gates(str(out))
+  md = (tmp_path / "r.md").read_text()
+  assert "| G=16 beats G=4 at equal RL steps: paired gain >= 0.04, its 95% interval above 0 | " \
+         "grpo_g16 | 3 | +0.050 ± 0.060 | no |" in md
+  assert "| oracle_knapsack | 0 | n/a | not run |" in md
+  assert len(json.loads((tmp_path / "r.json").read_text())["gates"]) == 4
+
+
 def test_value_priors_sweep_applies_to_the_ladder_config():
   runs = value_priors.get_sweep()
   assert len(runs) == len(value_priors.VARIANTS) * 3

@@ -26,11 +26,13 @@ Variants (every one 100 RL steps of 32 prompts; the tables read the test set):
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 from absl import app, flags
+import numpy as np
 
 SEEDS = (0, 1, 2, 3, 4)
 BASE_CONFIG = "experiments/configs/ladder2.py"
@@ -54,6 +56,67 @@ def get_sweep() -> list[dict]:
   # Seed by seed: an interrupted sweep leaves whole seeds, which pair across variants.
   return [dict(COMMON, **overrides, seed=seed, name=f"{variant}_seed{seed}")
           for seed in SEEDS for variant, overrides in VARIANTS.items()]
+
+
+# Issue 32's gates, on the test set over paired seeds: (name, variant, minimum paired gain over
+# grpo_g4, whether its 95% interval must exclude 0). The oracles and G = 16 are read at the end
+# of the same 100 RL steps; the oracles run at G = 4's rows per step, so at about its rollout
+# tokens (the table's tokens column shows how close).
+GATES = (
+    ("G=16 beats G=4 at equal RL steps", "grpo_g16", 0.04, True),
+    ("the oracle process reward beats G=4 at equal rollout tokens", "oracle_prm", 0.05, False),
+    ("Knapsack with the oracle prior beats G=4 at equal rollout tokens", "oracle_knapsack", 0.03,
+     False),
+)
+MAX_SEED_STD = 0.02  # GRPO G=4's seed standard deviation on the test set
+
+
+def gates(data: dict) -> list[dict]:
+  """Issue 32's gates from `experiments.report --json`'s object: one dict per gate with `gate`,
+  `value` (the paired gain [mean, ci95], or the seed std), `seeds` and `met` (None when a
+  variant has not run)."""
+  by = {v["name"]: v for v in data["variants"]}
+  out = []
+  for text, name, min_gain, exclude_zero in GATES:
+    v = by.get(name)
+    delta = v["paired_delta"].get(BASELINE) if v and BASELINE in by else None
+    met = None
+    if delta is not None and delta[0] is not None:
+      met = delta[0] >= min_gain and (not exclude_zero or (
+          delta[1] is not None and delta[0] - delta[1] > 0))
+    out.append(dict(gate=f"{text}: paired gain >= {min_gain}"
+                    + (", its 95% interval above 0" if exclude_zero else ""),
+                    variant=name, value=delta, seeds=v["seeds"] if v else 0, met=met))
+  base = by.get(BASELINE)
+  accs = [a for a in (base["test_accuracy_by_seed"] if base else {}).values() if a is not None]
+  std = float(np.std(accs, ddof=1)) if len(accs) > 1 else None
+  out.append(dict(gate=f"GRPO G=4's seed std <= {MAX_SEED_STD}", variant=BASELINE, value=std,
+                  seeds=len(accs), met=None if std is None else std <= MAX_SEED_STD))
+  return out
+
+
+def gates_markdown(rows: list[dict]) -> str:
+  lines = ["", "## Issue 32's gates (test set, paired over seeds)", "",
+           "| gate | variant | seeds | value | met |", "|---|---|---:|---:|---|"]
+  for r in rows:
+    v = r["value"]
+    value = ("n/a" if v is None else f"{v:.3f}" if isinstance(v, float) else
+             f"{v[0]:+.3f} ± {v[1]:.3f}" if v[1] is not None else f"{v[0]:+.3f}")
+    met = {None: "not run", True: "yes", False: "no"}[r["met"]]
+    lines.append(f"| {r['gate']} | {r['variant']} | {r['seeds']} | {value} | {met} |")
+  return "\n".join(lines) + "\n"
+
+
+def add_gates(out_prefix: str) -> None:
+  """Appends the gates to OUT.md and adds them to OUT.json (`gates`)."""
+  with open(out_prefix + ".json") as f:
+    data = json.load(f)
+  rows = gates(data)
+  data["gates"] = rows
+  with open(out_prefix + ".json", "w") as f:
+    json.dump(data, f, indent=1)
+  with open(out_prefix + ".md", "a") as f:
+    f.write(gates_markdown(rows))
 
 
 def report_command(root: str, out_dir: str) -> list[str]:
@@ -82,5 +145,6 @@ if __name__ == "__main__":
       print(" ".join(report))
       return
     subprocess.run(report, check=True)
+    add_gates(os.path.join(_OUT.value, "ground_v2_report"))
 
   app.run(main)

@@ -50,6 +50,7 @@ class _Store:
   def __init__(self, path: str):
     self.path = path
     self.values = {}
+    self.on_set = None  # Called after every `set` (the run's wall-clock ledger).
     if os.path.exists(path):
       with open(path) as f:
         try:
@@ -65,12 +66,52 @@ class _Store:
 
   def set(self, key, value):
     self.values[key] = value
+    if self.on_set is not None:
+      self.on_set()
     if not parallel.is_primary():
       return
     tmp = f"{self.path}.tmp"
     with open(tmp, "w") as f:
       json.dump(self.values, f, indent=1, sort_keys=True)
     os.replace(tmp, self.path)
+
+
+class _WallClock:
+  """The run's wall seconds over every process that ran it, killed ones included.
+
+  Each process keeps its own elapsed time in `workdir/wall_clock.json` (one entry per process
+  start), rewritten atomically after every metrics record and evaluation (`tick`), so a process
+  killed mid-phase leaves its time up to its last record. `total()` is their sum. A work dir from
+  before the ledger seeds it with the store's `previous_wall_seconds` (the finished processes').
+  """
+
+  def __init__(self, workdir: str, previous: float = 0.0):
+    self.path = os.path.join(workdir, workdir_lib.WALL_CLOCK_FILE)
+    self.start = time.time()
+    self.entries = {}
+    if os.path.exists(self.path):
+      with open(self.path) as f:
+        try:
+          self.entries = json.load(f)
+        except ValueError as e:
+          raise ValueError(f"{self.path} is not valid JSON ({e}); delete it (the run's wall "
+                           "seconds then count from this process)") from None
+    elif previous:
+      self.entries["before_the_ledger"] = float(previous)
+    self.key = f"process_{len(self.entries)}"
+
+  def tick(self) -> None:
+    self.entries[self.key] = time.time() - self.start
+    if not parallel.is_primary():
+      return
+    tmp = f"{self.path}.tmp"
+    with open(tmp, "w") as f:
+      json.dump(self.entries, f, indent=1)
+    os.replace(tmp, self.path)
+
+  def total(self) -> float:
+    self.tick()
+    return float(sum(self.entries.values()))
 
 
 def _evaluator(exp: experiment.Experiment):
@@ -299,7 +340,6 @@ def _stored_config(workdir: str):
 
 
 def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  t_start = time.time()
   primary = parallel.is_primary()
   os.makedirs(workdir, exist_ok=True)
   if primary:
@@ -310,6 +350,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   parallel.sync("loop.prepare")
   exp = experiment.build(config, workdir)
   store = _Store(os.path.join(workdir, workdir_lib.EVALS_FILE))
+  clock = _WallClock(workdir, store.values.get("previous_wall_seconds", 0.0))
+  store.on_set = clock.tick
   parallel.sync("loop.store")  # Every process has read the files before process 0 rewrites them.
   if config.init_from:
     init_from.check_same_data(config.init_from, workdir)
@@ -321,7 +363,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   periodic = _periodic(run_eval)
   try:
     # The context mesh lets jitted code constrain the buffers it creates (`parallel.shard_batch`).
-    with MetricsWriter(workdir, enabled=primary) as writer, jax.set_mesh(exp.mesh):
+    with MetricsWriter(workdir, enabled=primary, on_write=clock.tick) as writer, \
+        jax.set_mesh(exp.mesh):
       summary = _train_and_evaluate(exp, store, run_eval, periodic, writer)
   finally:
     if "reward_scorer" in exp.__dict__:  # Built by the RL phase.
@@ -354,8 +397,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                           "sft_more_test") if k in store.values},
       **_reward_faults(workdir),
   )
-  summary["wall_seconds"] = time.time() - t_start + store.values.get("previous_wall_seconds", 0.0)
-  store.set("previous_wall_seconds", summary["wall_seconds"])
+  summary["wall_seconds"] = clock.total()
   if primary:
     # RL starts from the SFT policy: its greedy held-out accuracy is the RL curve's step 0.
     start = {"heldout_accuracy": sft_eval["greedy"]["accuracy"]}

@@ -113,11 +113,23 @@ def test_rl_interrupted_and_resumed_matches_uninterrupted(reference_run, tmp_pat
   with open(os.path.join(workdir, workdir_lib.METRICS_FILE), "a") as f:
     f.write(json.dumps({"step": 3, "phase": "rl", "loss": 123.0, "time": 0.0}) + "\n")
 
+  with open(os.path.join(workdir, workdir_lib.WALL_CLOCK_FILE)) as f:
+    first = json.load(f)
+  assert list(first) == ["process_0"] and first["process_0"] > 0  # kept up to its last record
+
   summary = loop.run(_config(make), workdir)
 
   assert summary["rl_steps"] == 4
   _assert_same_run(reference, workdir)
   assert _records(workdir, "rl")[3]["loss"] != 123.0
+  # Wall seconds count both processes: the stopped one's up to its last record, so they are at
+  # least the SFT and RL steps' own seconds (which a checkpoint carries across processes).
+  with open(os.path.join(workdir, workdir_lib.WALL_CLOCK_FILE)) as f:
+    ledger = json.load(f)
+  assert ledger["process_0"] == first["process_0"] and sorted(ledger) == ["process_0",
+                                                                         "process_1"]
+  assert summary["wall_seconds"] == pytest.approx(sum(ledger.values()))
+  assert summary["wall_seconds"] >= summary["sft_train_seconds"] + summary["rl_train_seconds"]
 
 
 def test_sft_interrupted_and_resumed_matches_uninterrupted(reference_run, tmp_path):
