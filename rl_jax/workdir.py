@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 import ml_collections
@@ -68,3 +69,42 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
                             "--config=FILE[:variant] and --config.* overrides)")
   with open(path) as f:
     return ml_collections.ConfigDict(_tuples(json.load(f)))
+
+
+class WallClock:
+  """The run's wall seconds over every process that ran it, killed ones included.
+
+  Each process keeps its own elapsed time in `workdir/wall_clock.json` (one entry per process
+  start), rewritten atomically after every metrics record and evaluation (`tick`), so a process
+  killed mid-phase leaves its time up to its last record. `total()` is their sum. A work dir from
+  before the ledger seeds it with the store's `previous_wall_seconds` (the finished processes').
+  """
+
+  def __init__(self, workdir: str, previous: float = 0.0, *, primary: bool = True):
+    self.path = os.path.join(workdir, WALL_CLOCK_FILE)
+    self.primary = primary  # Only the primary process writes (multi-host runs).
+    self.start = time.time()
+    self.entries = {}
+    if os.path.exists(self.path):
+      with open(self.path) as f:
+        try:
+          self.entries = json.load(f)
+        except ValueError as e:
+          raise ValueError(f"{self.path} is not valid JSON ({e}); delete it (the run's wall "
+                           "seconds then count from this process)") from None
+    elif previous:
+      self.entries["before_the_ledger"] = float(previous)
+    self.key = f"process_{len(self.entries)}"
+
+  def tick(self) -> None:
+    self.entries[self.key] = time.time() - self.start
+    if not self.primary:
+      return
+    tmp = f"{self.path}.tmp"
+    with open(tmp, "w") as f:
+      json.dump(self.entries, f, indent=1)
+    os.replace(tmp, self.path)
+
+  def total(self) -> float:
+    self.tick()
+    return float(sum(self.entries.values()))

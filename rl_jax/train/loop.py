@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import time
 
 import jax
 import ml_collections
@@ -74,44 +73,6 @@ class _Store:
     with open(tmp, "w") as f:
       json.dump(self.values, f, indent=1, sort_keys=True)
     os.replace(tmp, self.path)
-
-
-class _WallClock:
-  """The run's wall seconds over every process that ran it, killed ones included.
-
-  Each process keeps its own elapsed time in `workdir/wall_clock.json` (one entry per process
-  start), rewritten atomically after every metrics record and evaluation (`tick`), so a process
-  killed mid-phase leaves its time up to its last record. `total()` is their sum. A work dir from
-  before the ledger seeds it with the store's `previous_wall_seconds` (the finished processes').
-  """
-
-  def __init__(self, workdir: str, previous: float = 0.0):
-    self.path = os.path.join(workdir, workdir_lib.WALL_CLOCK_FILE)
-    self.start = time.time()
-    self.entries = {}
-    if os.path.exists(self.path):
-      with open(self.path) as f:
-        try:
-          self.entries = json.load(f)
-        except ValueError as e:
-          raise ValueError(f"{self.path} is not valid JSON ({e}); delete it (the run's wall "
-                           "seconds then count from this process)") from None
-    elif previous:
-      self.entries["before_the_ledger"] = float(previous)
-    self.key = f"process_{len(self.entries)}"
-
-  def tick(self) -> None:
-    self.entries[self.key] = time.time() - self.start
-    if not parallel.is_primary():
-      return
-    tmp = f"{self.path}.tmp"
-    with open(tmp, "w") as f:
-      json.dump(self.entries, f, indent=1)
-    os.replace(tmp, self.path)
-
-  def total(self) -> float:
-    self.tick()
-    return float(sum(self.entries.values()))
 
 
 def _evaluator(exp: experiment.Experiment):
@@ -350,7 +311,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   parallel.sync("loop.prepare")
   exp = experiment.build(config, workdir)
   store = _Store(os.path.join(workdir, workdir_lib.EVALS_FILE))
-  clock = _WallClock(workdir, store.values.get("previous_wall_seconds", 0.0))
+  clock = workdir_lib.WallClock(workdir, store.values.get("previous_wall_seconds", 0.0),
+                                primary=primary)
   store.on_set = clock.tick
   parallel.sync("loop.store")  # Every process has read the files before process 0 rewrites them.
   if config.init_from:
