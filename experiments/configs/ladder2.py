@@ -25,6 +25,13 @@ held-out set. This ground changes exactly those things:
 
 The sweep that measures the ground (`experiments/sweeps/ground_v2.py`) runs GRPO at G = 4, 8, 16
 and the three oracles (process reward, Knapsack prior, step-boundary TreePO) from one SFT.
+
+Settings: those of issue 32's two-seed check (4-8 terms, 96 new tokens, 160 context, constant
+rate after warmup, 100 RL steps), not tuned further here. Measured alone on the 2-core CPU
+(2026-11-26, the sweep's first two processes): the SFT run 437 s (346 s of SFT steps; dev greedy
+0.283, test 0.271), then GRPO G = 4 from it 170 s (110 s of RL steps, ten periodic evaluations
+and the final ones; seed 0: dev 0.428, test 0.457): about 10 minutes for one G = 4 run, SFT
+included.
 """
 
 from __future__ import annotations
