@@ -5,6 +5,8 @@ report (experiments/sweeps/ground_v2_report.{md,png,json}):
 
     python -m experiments.sweeps.ground_v2 --workdir_root=runs/sweeps --jobs=2
 
+`--report_only` writes the report from the runs finished so far (a partial sweep).
+
 It is `experiments.sweeps.launch --sweep=ground_v2 --base_config=experiments/configs/ladder2.py`
 followed by `experiments.report` on the finished runs with `--baseline=grpo_g4` (paired
 differences over seeds on the test set). A method measured here later names its family's oracle
@@ -132,6 +134,8 @@ if __name__ == "__main__":
   _OUT = flags.DEFINE_string("out_dir", "experiments/sweeps",
                              "Where ground_v2_report.{md,png,json} go.")
   _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands instead of running them.")
+  _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Write the report from the runs that "
+                                   "have finished so far; start none.")
 
   def main(argv):
     if len(argv) > 1:
@@ -139,7 +143,8 @@ if __name__ == "__main__":
     launch = [sys.executable, "-m", "experiments.sweeps.launch", "--sweep=ground_v2",
               f"--base_config={BASE_CONFIG}", f"--workdir_root={_ROOT.value}",
               f"--jobs={_JOBS.value}"] + (["--dry_run"] if _DRY_RUN.value else [])
-    subprocess.run(launch, check=True)
+    if not _REPORT_ONLY.value:
+      subprocess.run(launch, check=True)
     report = report_command(os.path.join(_ROOT.value, "ground_v2"), _OUT.value)
     if _DRY_RUN.value:
       print(" ".join(report))
