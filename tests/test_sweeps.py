@@ -86,17 +86,18 @@ def test_ground_v2_gates_on_fixed_report_json(tmp_path):
       variant("grpo_g16", {"0": 0.45, "1": 0.47, "2": 0.49}, [0.05, 0.004]),
       variant("oracle_prm", {"0": 0.43, "1": 0.45, "2": 0.47}, [0.03, 0.01]),
   ])
-  rows = {r["variant"]: r for r in ground_v2.gates(data)}
+  rows = {r["variant"]: r for r in ground_v2.gates(data, min_seeds=3)}
   assert rows["grpo_g16"]["met"] is True  # 0.05 >= 0.04 and 0.05 - 0.004 > 0
   assert rows["oracle_prm"]["met"] is False  # 0.03 < 0.05
   assert rows["oracle_knapsack"]["met"] is None and rows["oracle_knapsack"]["seeds"] == 0
   assert rows["grpo_g4"]["value"] == pytest.approx(0.02)  # std of 0.40, 0.42, 0.44 (ddof 1)
+  assert all(r["met"] is None for r in ground_v2.gates(data))  # 3 of the sweep's 5 seeds
   data["variants"][1]["paired_delta"]["grpo_g4"] = [0.05, 0.06]  # interval reaches 0
-  assert ground_v2.gates(data)[0]["met"] is False
+  assert ground_v2.gates(data, min_seeds=3)[0]["met"] is False
   out = tmp_path / "r"
   (tmp_path / "r.json").write_text(json.dumps(data))
   (tmp_path / "r.md").write_text("# table\n")
-  ground_v2.add_gates(str(out))
+  ground_v2.add_gates(str(out), min_seeds=3)
   md = (tmp_path / "r.md").read_text()
   assert "| G=16 beats G=4 at equal RL steps: paired gain >= 0.04, its 95% interval above 0 | " \
          "grpo_g16 | 3 | +0.050 ± 0.060 | no |" in md

@@ -73,17 +73,17 @@ GATES = (
 MAX_SEED_STD = 0.02  # GRPO G=4's seed standard deviation on the test set
 
 
-def gates(data: dict) -> list[dict]:
+def gates(data: dict, min_seeds: int = len(SEEDS)) -> list[dict]:
   """Issue 32's gates from `experiments.report --json`'s object: one dict per gate with `gate`,
-  `value` (the paired gain [mean, ci95], or the seed std), `seeds` and `met` (None when a
-  variant has not run)."""
+  `value` (the paired gain [mean, ci95], or the seed std), `seeds` and `met` (None while the
+  variant has fewer than `min_seeds` seeds: a partial sweep shows its numbers, not a verdict)."""
   by = {v["name"]: v for v in data["variants"]}
   out = []
   for text, name, min_gain, exclude_zero in GATES:
     v = by.get(name)
     delta = v["paired_delta"].get(BASELINE) if v and BASELINE in by else None
     met = None
-    if delta is not None and delta[0] is not None:
+    if delta is not None and delta[0] is not None and v["seeds"] >= min_seeds:
       met = delta[0] >= min_gain and (not exclude_zero or (
           delta[1] is not None and delta[0] - delta[1] > 0))
     out.append(dict(gate=f"{text}: paired gain >= {min_gain}"
@@ -93,32 +93,34 @@ def gates(data: dict) -> list[dict]:
   accs = [a for a in (base["test_accuracy_by_seed"] if base else {}).values() if a is not None]
   std = float(np.std(accs, ddof=1)) if len(accs) > 1 else None
   out.append(dict(gate=f"GRPO G=4's seed std <= {MAX_SEED_STD}", variant=BASELINE, value=std,
-                  seeds=len(accs), met=None if std is None else std <= MAX_SEED_STD))
+                  seeds=len(accs),
+                  met=None if std is None or len(accs) < min_seeds else std <= MAX_SEED_STD))
   return out
 
 
-def gates_markdown(rows: list[dict]) -> str:
+def gates_markdown(rows: list[dict], min_seeds: int = len(SEEDS)) -> str:
   lines = ["", "## Issue 32's gates (test set, paired over seeds)", "",
            "| gate | variant | seeds | value | met |", "|---|---|---:|---:|---|"]
   for r in rows:
     v = r["value"]
     value = ("n/a" if v is None else f"{v:.3f}" if isinstance(v, float) else
              f"{v[0]:+.3f} ± {v[1]:.3f}" if v[1] is not None else f"{v[0]:+.3f}")
-    met = {None: "not run", True: "yes", False: "no"}[r["met"]]
+    met = ({True: "yes", False: "no"}[r["met"]] if r["met"] is not None else
+           "not run" if not r["seeds"] else f"not judged: {r['seeds']} of {min_seeds} seeds")
     lines.append(f"| {r['gate']} | {r['variant']} | {r['seeds']} | {value} | {met} |")
   return "\n".join(lines) + "\n"
 
 
-def add_gates(out_prefix: str) -> None:
+def add_gates(out_prefix: str, min_seeds: int = len(SEEDS)) -> None:
   """Appends the gates to OUT.md and adds them to OUT.json (`gates`)."""
   with open(out_prefix + ".json") as f:
     data = json.load(f)
-  rows = gates(data)
+  rows = gates(data, min_seeds)
   data["gates"] = rows
   with open(out_prefix + ".json", "w") as f:
     json.dump(data, f, indent=1)
   with open(out_prefix + ".md", "a") as f:
-    f.write(gates_markdown(rows))
+    f.write(gates_markdown(rows, min_seeds))
 
 
 def report_command(root: str, out_dir: str) -> list[str]:
