@@ -3,7 +3,9 @@
 Command (2-core CPU, no accelerator, no network; about 14 minutes in all when last timed alone,
 on 2026-11-24, see below):
   python -m experiments.run --config=experiments/configs/ladder.py --workdir=runs/ladder
-Variants: `:smoke` (seconds; the tests use it).
+Variants: `:smoke` (seconds; the tests use it). Its successor for ranking methods is
+`ladder2.py` (issue 32: longer chains, a constant rate, a dev/test split); this file is the record
+of the results below.
 
 Every method that claims more learning per rollout token is measured here against this run's
 GRPO (experiments/README.md, "The proving ground"). The task is built so that methods can differ:
