@@ -80,10 +80,11 @@ class WallClock:
   before the ledger seeds it with the store's `previous_wall_seconds` (the finished processes').
   """
 
-  def __init__(self, workdir: str, previous: float = 0.0, *, primary: bool = True):
+  def __init__(self, workdir: str, previous: float = 0.0, *, primary: bool = True,
+               start: float | None = None):
     self.path = os.path.join(workdir, WALL_CLOCK_FILE)
     self.primary = primary  # Only the primary process writes (multi-host runs).
-    self.start = time.time()
+    self.start = time.time() if start is None else start  # This process's start (time.time()).
     self.entries = {}
     if os.path.exists(self.path):
       with open(self.path) as f:

@@ -114,10 +114,10 @@ def _start(args: list, workdir: str, log: bool) -> subprocess.Popen:
 
 
 def execute(steps: list[tuple[str, list]], jobs: int = 1, dry_run: bool = False) -> None:
-  """Runs `plan`'s steps: each SFT-only step (`init_from` absent and rl.steps=0) and every step
-  before the last of them in order, then the rest `jobs` at a time. A step whose summary.json
-  exists is skipped; a failed run stops the launch (after the runs in flight end) with its
-  command and status."""
+  """Runs `plan`'s steps in order, `jobs` at a time; a shared SFT (`--config.rl.steps=0`) runs
+  alone, after the runs in flight, since the runs after it start from it. A step whose
+  summary.json exists is skipped; a failed run stops the launch (after the runs in flight end)
+  with its command and status."""
   pending = []
   for i, (workdir, args) in enumerate(steps, 1):
     if os.path.exists(os.path.join(workdir, SUMMARY_FILE)):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 
 import jax
 import ml_collections
@@ -301,6 +302,7 @@ def _stored_config(workdir: str):
 
 
 def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  t_start = time.time()
   primary = parallel.is_primary()
   os.makedirs(workdir, exist_ok=True)
   if primary:
@@ -312,7 +314,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   exp = experiment.build(config, workdir)
   store = _Store(os.path.join(workdir, workdir_lib.EVALS_FILE))
   clock = workdir_lib.WallClock(workdir, store.values.get("previous_wall_seconds", 0.0),
-                                primary=primary)
+                                primary=primary, start=t_start)
   store.on_set = clock.tick
   parallel.sync("loop.store")  # Every process has read the files before process 0 rewrites them.
   if config.init_from:
