@@ -27,7 +27,7 @@ SUMMARY_FILE = "summary.json"
 EVALS_FILE = "evals.json"
 METRICS_FILE = "metrics.jsonl"
 HISTORY_FILE = "history.jsonl"
-# Wall seconds of every process that ran the work dir (rl_jax/train/loop.py `_WallClock`).
+# Wall seconds of every process that ran the work dir (`WallClock` below).
 WALL_CLOCK_FILE = "wall_clock.json"
 CHECKPOINTS_DIR = "checkpoints"
 EVAL_DIR = "eval"

@@ -10,8 +10,9 @@ report (experiments/sweeps/ground_v2_report.{md,png,json}):
 It is `experiments.sweeps.launch --sweep=ground_v2 --base_config=experiments/configs/ladder2.py`
 followed by `experiments.report` on the finished runs with `--baseline=grpo_g4` (paired
 differences over seeds on the test set). A method measured here later names its family's oracle
-(`--oracle=METHOD:oracle_prm`) for the share of the oracle's gain it recovers. Re-running the command continues an interrupted sweep (finished runs
-are skipped, half-finished ones resume from their checkpoints).
+(`--oracle=METHOD:oracle_prm`) for the share of the oracle's gain it recovers. Re-running the
+command continues an interrupted sweep (finished runs are skipped, half-finished ones resume
+from their checkpoints).
 
 Variants (every one 100 RL steps of 32 prompts; the tables read the test set):
   grpo_g4          GRPO, G = 4 (the ground's baseline).
@@ -60,7 +61,7 @@ def get_sweep() -> list[dict]:
           for seed in SEEDS for variant, overrides in VARIANTS.items()]
 
 
-# Issue 32's gates, on the test set over paired seeds: (name, variant, minimum paired gain over
+# Issue 32's gates, on the test set over paired seeds: (text, variant, minimum paired gain over
 # grpo_g4, whether its 95% interval must exclude 0). The oracles and G = 16 are read at the end
 # of the same 100 RL steps; the oracles run at G = 4's rows per step, so at about its rollout
 # tokens (the table's tokens column shows how close).
