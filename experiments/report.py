@@ -11,14 +11,15 @@ sampled completion tokens (every generation round counted); RL seconds are the w
 the RL steps, compilation of the first step excluded, summed over every process that ran them
 (the RL checkpoint carries the count). Wall seconds are summary.json's `wall_seconds`: every
 process that ran the work dir, a stopped one up to its last metrics record (`wall_clock.json`,
-rl_jax/train/loop.py); runs finished before that ledger count only the processes that reached
+rl_jax/workdir.py); runs finished before that ledger count only the processes that reached
 the end. Each run's curve is its dev greedy
 accuracy at every periodic RL evaluation (`config.rl.eval_every`; no point is dropped, so
 evaluating every 10 of 100 steps gives 11 points with the SFT policy's at 0 tokens).
 
 Final accuracy is the test set's (`rl_test_accuracy`) when every run has one, else the dev set's
 (`rl_accuracy`) for every run, so that paired differences compare like with like; the table's
-title and the JSON's `test_accuracy_key` say which. Tokens to target and AUC read the dev curve.
+title and the JSON's `test_accuracy_key` say which. `--split=dev` reads the dev set (for choosing
+settings), `--split=test` insists on the test set. Tokens to target and AUC read the dev curve.
 
 The first table has, per variant, the mean and 95% interval over seeds (Student t, n - 1 degrees
 of freedom) of:
@@ -90,6 +91,9 @@ _JSON = flags.DEFINE_string("json", None, "JSON output path (optional): one obje
 _TARGET = flags.DEFINE_float("target", None, "Target accuracy for tokens-to-target (default: "
                              "each run's target is the final greedy accuracy of the baseline's "
                              "run with the same seed).")
+_SPLIT = flags.DEFINE_enum("split", "auto", ["auto", "dev", "test"], "Which final accuracy the "
+                           "tables read: 'dev' to choose settings, 'test' for result tables; "
+                           "'auto' reads test when every run has it, else dev.")
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
 # (column title, key of the per-run record, format)
@@ -183,14 +187,24 @@ def _pm(mean: float, half: float, fmt: str = "{:.3f}") -> str:
   return fmt.format(mean) if np.isnan(half) else f"{fmt.format(mean)} ± {fmt.format(half)}"
 
 
-def accuracy_key(runs: list[dict]) -> str:
-  """'rl_test_accuracy' when every run has a test-set figure, else 'rl_accuracy' (dev) for all."""
-  has_test = all(np.isfinite(r.get("rl_test_accuracy", np.nan)) for r in runs)
-  return "rl_test_accuracy" if has_test else "rl_accuracy"
+SPLITS = ("auto", "dev", "test")
+
+
+def accuracy_key(runs: list[dict], split: str = "auto") -> str:
+  """The final accuracy the tables read. 'auto': 'rl_test_accuracy' when every run has a test-set
+  figure, else 'rl_accuracy' (dev) for all; 'dev': 'rl_accuracy' (for choosing settings);
+  'test': 'rl_test_accuracy', and a run without one is an error."""
+  if split not in SPLITS:
+    raise ValueError(f"--split={split!r}: expected one of {', '.join(SPLITS)}")
+  missing = [r["name"] for r in runs if not np.isfinite(r.get("rl_test_accuracy", np.nan))]
+  if split == "test" and missing:
+    raise ValueError(f"--split=test: run {missing[0]!r} has no rl_test_accuracy in its "
+                     "summary.json (its config has no test set)")
+  return "rl_accuracy" if split == "dev" or missing else "rl_test_accuracy"
 
 
 def efficiency(runs: list[dict], baseline: str | None = None, target: float | None = None,
-               oracle: str | None = None) -> dict:
+               oracle: str | None = None, split: str = "auto") -> dict:
   """Per-variant statistics of the first table (see the module docstring); also returns the
   baseline, target, AUC token range, accuracy key and oracles ({variant: oracle}) used.
 
@@ -204,7 +218,7 @@ def efficiency(runs: list[dict], baseline: str | None = None, target: float | No
   if baseline not in groups:
     raise ValueError(f"--baseline={baseline!r} is not a variant of these runs; expected one of "
                      f"{sorted(groups)}")
-  key = accuracy_key(runs)
+  key = accuracy_key(runs, split)
   oracles = parse_oracles(oracle, groups, baseline)
   finals = {v: {r["seed"]: r[key] for r in group} for v, group in groups.items()}
   base_final = {r["seed"]: r["rl_accuracy"] for r in groups[baseline]}  # The dev curve's target.
@@ -247,9 +261,9 @@ def _share_cell(v: dict, oracle: str, name_it: bool) -> str:
 
 
 def markdown(runs: list[dict], baseline: str | None = None, target: float | None = None,
-             oracle: str | None = None) -> str:
+             oracle: str | None = None, split: str = "auto") -> str:
   """The efficiency table (mean ± 95% interval over seeds per variant), then every run."""
-  eff = efficiency(runs, baseline, target, oracle)
+  eff = efficiency(runs, baseline, target, oracle, split)
   split = "test" if eff["accuracy_key"] == "rl_test_accuracy" else "dev"
   aim = (f"target accuracy {eff['target']:.3f}" if eff["target"] is not None else
          f"target accuracy: the baseline's final with the same seed (mean "
@@ -290,7 +304,7 @@ def _num(x):
 
 
 def json_report(runs: list[dict], baseline: str | None = None, target: float | None = None,
-                oracle: str | None = None) -> dict:
+                oracle: str | None = None, split: str = "auto") -> dict:
   """The first table as data: {'baseline', 'test_accuracy_key', 'target', 'auc_tokens',
   'variants': [one object per variant]}. Each object holds `name`; `seeds` (count) and
   `seed_ids`; `test_accuracy` (the mean final of `test_accuracy_key`: `rl_test_accuracy`, or
@@ -300,7 +314,7 @@ def json_report(runs: list[dict], baseline: str | None = None, target: float | N
   `tokens_to_target` {mean, ci95, reached}; `auc` [mean, ci95]; `recovered_share` {oracle,
   share, ci95, seeds, resolved} when `oracle` maps it; the other table columns' means. Undefined
   numbers (one seed, an unresolved oracle gain) are null."""
-  eff = efficiency(runs, baseline, target, oracle)
+  eff = efficiency(runs, baseline, target, oracle, split)
   variants = []
   for name, v in eff["variants"].items():
     obj = dict(
@@ -448,7 +462,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   runs = find_runs(_WORKDIRS.value)
-  text = markdown(runs, _BASELINE.value, _TARGET.value, _ORACLE.value)
+  text = markdown(runs, _BASELINE.value, _TARGET.value, _ORACLE.value, _SPLIT.value)
   dirs = sorted({d for p in _WORKDIRS.value for d in glob.glob(p)
                  if os.path.exists(os.path.join(d, "summary.json"))})
   if _LADDER.value:
@@ -463,7 +477,8 @@ def main(argv):
   if _JSON.value:
     os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
     with open(_JSON.value, "w") as f:
-      json.dump(json_report(runs, _BASELINE.value, _TARGET.value, _ORACLE.value), f, indent=1,
+      json.dump(json_report(runs, _BASELINE.value, _TARGET.value, _ORACLE.value, _SPLIT.value),
+                f, indent=1,
                 allow_nan=False)
       f.write("\n")
   print(text)

@@ -319,6 +319,23 @@ def test_json_falls_back_to_dev_when_a_run_has_no_test_set(tmp_path):
   assert "recovered_share" not in by["pav"]
 
 
+def test_split_dev_reads_the_dev_set_and_test_insists_on_it(tmp_path):
+  """--split=dev pairs the dev finals though every run has a test set (settings are chosen on
+  dev); --split=test refuses a run without a test set in one line naming it."""
+  runs = _ground(tmp_path)
+  data = report.json_report(runs, baseline="grpo", split="dev")
+  assert data["test_accuracy_key"] == "rl_accuracy"
+  by = {v["name"]: v for v in data["variants"]}
+  assert by["grpo"]["test_accuracy"] == pytest.approx(0.48)  # dev: 0.48, 0.50, 0.46
+  assert "final accuracy on the dev set" in report.markdown(runs, baseline="grpo", split="dev")
+  (tmp_path / "b").mkdir()
+  no_test = report.load_run(_write_run(tmp_path / "b", "grpo_seed9", 9, 0.5, with_test=False))
+  with pytest.raises(ValueError, match="--split=test: run 'grpo_seed9' has no rl_test_accuracy"):
+    report.efficiency(runs + [no_test], baseline="grpo", split="test")
+  with pytest.raises(ValueError, match="--split='val'"):
+    report.efficiency(runs, baseline="grpo", split="val")
+
+
 def test_main_writes_json(tmp_path):
   """report's flags parse in a process that has also imported experiments.run (a test worker
   that ran another file first): run marks --config required only when it runs as a command."""

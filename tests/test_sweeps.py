@@ -19,7 +19,8 @@ import pytest
 from experiments import report
 from experiments.configs import ladder as ladder_config
 from experiments.configs import ladder2 as ladder2_config
-from experiments.sweeps import estimators, ground_v2, ladder_baselines, launch, value_priors
+from experiments.sweeps import (estimators, ground_v2, ground_v2_pilot, ladder_baselines, launch,
+                                value_priors)
 from rl_jax import experiment, models
 from rl_jax.metrics import MetricsWriter
 from rl_jax.rollout import checks
@@ -74,6 +75,27 @@ def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
   report = ground_v2.report_command("runs/sweeps/ground_v2", "experiments/sweeps")
   assert "--baseline=grpo_g4" in report and any(a.endswith("ground_v2_report.json")
                                                 for a in report)
+
+
+def test_ground_v2_pilot_changes_one_setting_of_an_oracle():
+  """Each pilot variant is its ground_v2 oracle with one setting changed, at G=4's rows."""
+  runs = ground_v2_pilot.get_sweep()
+  assert {r["seed"] for r in runs} == {0, 1}
+  for run in runs:
+    variant = run["name"].rsplit("_seed", 1)[0]
+    base = ground_v2.VARIANTS["oracle_prm" if variant.startswith("oracle_prm") else
+                              "oracle_knapsack"]
+    changed = {k for k in set(run) | set(base) if k not in ("name", "seed")
+               and run.get(k) != base.get(k)}
+    assert len(changed) == 1, (variant, changed)
+    config = ladder2_config.get_config()
+    config.unlock()
+    config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
+    config_check.check(config)
+    assert config.rl.prompts_per_step * config.rl.group_size == 128
+  by = {r["name"]: r for r in runs}
+  assert by["oracle_prm_a4_seed1"]["rl.process.alpha"] == 4.0
+  assert by["oracle_knapsack_nofb_seed0"]["rl.allocation.knapsack.fallback"] is False
 
 
 def test_ground_v2_gates_on_fixed_report_json(tmp_path):

@@ -1,0 +1,42 @@
+"""Settings tried for two of ground_v2's oracles, chosen on the dev set (seeds 0 and 1).
+
+    python -m experiments.sweeps.launch --sweep=ground_v2_pilot \
+        --base_config=experiments/configs/ladder2.py --workdir_root=runs/sweeps --jobs=2
+    python -m experiments.report --split=dev --baseline=grpo_g4 \
+        --workdirs='runs/sweeps/ground_v2/grpo_g4_seed[01]' \
+        --workdirs='runs/sweeps/ground_v2/oracle_[pk]*_seed[01]' \
+        --workdirs='runs/sweeps/ground_v2_pilot/[!_]*' --out=runs/ground_v2_pilot.md
+
+The runs start from the same pinned SFT as ground_v2 (`sft.seed = 0` in ladder2.py): the launcher
+trains it again under ground_v2_pilot/_sft (the same policy bit for bit), unless that directory
+already holds it (a link to ground_v2/_sft saves the 7 minutes).
+
+ground_v2's first two seeds put the oracle process reward (alpha 1) at +0.036 over GRPO G = 4 on
+the test set and Knapsack with the oracle prior at +0.021, short of issue 32's gates (0.05,
+0.03). Settings tried, each against ground_v2's own variant on the same seeds, on the dev set:
+  oracle_prm_a2, oracle_prm_a4   the oracle's progress weighted by alpha = 2 and 4 (PAV sweeps
+                                 alpha; with a perfect prover, a larger weight is more exact
+                                 step credit, not more noise).
+  oracle_knapsack_nofb           Knapsack without the fallback: the rows the reference's fallback
+                                 sends to p = 0 prompts (groups that the oracle prior says cannot
+                                 vary) go to the effective prompts by the knapsack instead.
+"""
+
+from __future__ import annotations
+
+from experiments.sweeps import ground_v2
+
+SEEDS = (0, 1)
+
+VARIANTS = {
+    "oracle_prm_a2": dict(ground_v2.VARIANTS["oracle_prm"], **{"rl.process.alpha": 2.0}),
+    "oracle_prm_a4": dict(ground_v2.VARIANTS["oracle_prm"], **{"rl.process.alpha": 4.0}),
+    "oracle_knapsack_nofb": dict(ground_v2.VARIANTS["oracle_knapsack"],
+                                 **{"rl.allocation.knapsack.fallback": False}),
+}
+
+
+def get_sweep() -> list[dict]:
+  """One dict per run (config overrides plus 'name'), seed by seed."""
+  return [dict(overrides, seed=seed, name=f"{variant}_seed{seed}")
+          for seed in SEEDS for variant, overrides in VARIANTS.items()]
