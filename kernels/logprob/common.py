@@ -13,7 +13,8 @@ Symbols (per token n, vocab column v):
 
 Forward, per tile: partial statistics relative to the tile maximum m,
   s = sum exp(z - m),  u = sum exp(z - m) (z - m),  z_t (0 if t is not in the tile),
-combined over tiles by `combine` (the online logsumexp, done in one pass).
+combined over tiles by `combine` (all tiles at once) or `merge` (one tile at a time: the online
+logsumexp).
 Backward, per tile, for upstream gradients g (of logp) and e (of H):
   dz_v = g (1[v = t] - p_v) - e p_v (z_v - lse + H),   dx = dz * dz/dx.
 """
@@ -85,6 +86,17 @@ def tile_stats(z: jax.Array, valid, hit: jax.Array, keepdims: bool = True):
   e = jnp.exp(d)
   return (m, jnp.sum(e, axis=-1, keepdims=keepdims), jnp.sum(e * d, axis=-1, keepdims=keepdims),
           jnp.sum(jnp.where(hit, z, 0.0), axis=-1, keepdims=keepdims))
+
+
+def merge(acc, tile):
+  """Merges one tile's statistics (m, s, u, zt) into the running ones `acc` (same shapes; the
+  running maximum starts at MASKED, the sums at 0): the online form of `combine`."""
+  m, s, u, zt = acc
+  mt, st, ut, ztt = tile
+  big_m = jnp.maximum(m, mt)
+  a, b = jnp.exp(m - big_m), jnp.exp(mt - big_m)
+  return (big_m, a * s + b * st, a * (u + (m - big_m) * s) + b * (ut + (mt - big_m) * st),
+          zt + ztt)
 
 
 def combine(m: jax.Array, s: jax.Array, u: jax.Array, zt: jax.Array, axis: int = 0):

@@ -3,8 +3,11 @@
 Tiles are [block_n, D] x [D, block_v] (the MXU takes the whole model width at once). Per-token
 vectors are [N, 1] columns so that row reductions (`keepdims=True`) store without relayout.
 
-- forward: grid (N / block_n, cdiv(V, block_v)), both parallel; each tile writes its partial
-  statistics to [n_col_blocks, N, 1] outputs, combined by `common.combine` in XLA.
+- forward: grid (N / block_n, cdiv(V, block_v)), the column axis 'arbitrary': the [block_n, 1]
+  statistics stay in VMEM and are merged over the vocabulary tile by tile (`common.merge`, the
+  online logsumexp), so the outputs are [N, 1]. (Per-tile outputs [n_col_blocks, N, 1], as
+  before, take 128 lanes per token in HBM: for Qwen3's 151,936-entry vocabulary and 8,192 tokens,
+  596 MiB each, four of them per call.)
 - backward, d_hidden: grid (row blocks, column blocks), the column axis 'arbitrary': the
   [block_n, D] float32 output block stays in VMEM and accumulates over the vocabulary.
 - backward, d_unembedding: grid (column blocks, row blocks), the row axis 'arbitrary': the
@@ -55,9 +58,18 @@ def _tile(h_ref, w_ref, col_block, n_vocab: int, vocab_major: bool):
 
 def _fwd_kernel(h_ref, w_ref, t_ref, m_ref, s_ref, u_ref, zt_ref, *,
                 transform: common.Transform, n_vocab: int, vocab_major: bool):
-  _, _, x, cols, valid = _tile(h_ref, w_ref, pl.program_id(1), n_vocab, vocab_major)
-  stats = common.tile_stats(transform.logits(x), valid, cols == t_ref[...])
-  for ref, value in zip((m_ref, s_ref, u_ref, zt_ref), stats):
+  j = pl.program_id(1)
+
+  @pl.when(j == 0)
+  def _():
+    m_ref[...] = jnp.full(m_ref.shape, common.MASKED, m_ref.dtype)
+    for ref in (s_ref, u_ref, zt_ref):
+      ref[...] = jnp.zeros(ref.shape, ref.dtype)
+
+  _, _, x, cols, valid = _tile(h_ref, w_ref, j, n_vocab, vocab_major)
+  tile = common.tile_stats(transform.logits(x), valid, cols == t_ref[...])
+  merged = common.merge((m_ref[...], s_ref[...], u_ref[...], zt_ref[...]), tile)
+  for ref, value in zip((m_ref, s_ref, u_ref, zt_ref), merged):
     ref[...] = value
 
 
@@ -179,19 +191,19 @@ def forward(hidden, unembedding, targets, *, transform: common.Transform, block_
   block_n, block_v = fit_blocks("fwd", block_n, block_v, d, hidden.dtype.itemsize,
                                 vocab_major=vocab_major)
   n_cols = pl.cdiv(v, block_v)
-  stat = jax.ShapeDtypeStruct((n_cols, n, 1), jnp.float32)
+  stat = jax.ShapeDtypeStruct((n, 1), jnp.float32)
   stats = pl.pallas_call(
       functools.partial(_fwd_kernel, transform=transform, n_vocab=v, vocab_major=vocab_major),
       grid=(n // block_n, n_cols),
       in_specs=_in_specs(block_n, block_v, d, True, vocab_major)[:3],
-      out_specs=[pl.BlockSpec((None, block_n, 1), lambda i, j: (j, i, 0))] * 4,
+      out_specs=[pl.BlockSpec((block_n, 1), lambda i, j: (i, 0))] * 4,
       out_shape=[stat] * 4,
-      compiler_params=_params("parallel", "parallel"),
+      compiler_params=_params("parallel", "arbitrary"),
       interpret=interpret,
       cost_estimate=_cost(n, d, v, hidden.dtype.itemsize, n // block_n, 1),
       name="logprob_fwd",
   )(hidden, unembedding, targets.reshape(n, 1))
-  return tuple(a[:, 0] for a in common.combine(*stats, axis=0))
+  return tuple(a[:, 0] for a in common.combine(*(a[None] for a in stats), axis=0))
 
 
 @functools.partial(jax.jit, static_argnames=("transform", "block_n", "block_v", "entropy_grad",

@@ -102,6 +102,27 @@ def test_pallas_interpret_matches_reference(platform, dtype, transform, with_ent
   _assert_close(got, want, dtype)
 
 
+def test_merge_tile_by_tile_equals_combine():
+  """The TPU forward's online merge (running maximum from MASKED, tile by tile, a fully masked
+  tile included) gives `combine`'s logp, entropy and lse over the same tiles."""
+  from kernels.logprob import common  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(1)
+  z = jnp.asarray(4.0 * rng.standard_normal((5, 512)), jnp.float32)
+  valid = jnp.arange(512) < 300  # The third tile is partial, the fourth past the vocabulary.
+  hit = jnp.arange(512)[None, :] == jnp.asarray([0, 7, 130, 299, 255])[:, None]
+  tiles = [common.tile_stats(z[:, k:k + 128], valid[k:k + 128], hit[:, k:k + 128])
+           for k in (0, 128, 256, 384)]
+  want = common.combine(*(jnp.stack(a) for a in zip(*tiles)), axis=0)
+  acc = (jnp.full((5, 1), common.MASKED), *(jnp.zeros((5, 1)),) * 3)
+  for tile in tiles:
+    acc = common.merge(acc, tile)
+  got = common.combine(*(a[None] for a in acc), axis=0)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-6)
+  logz = jax.nn.logsumexp(jnp.where(valid, z, -jnp.inf), axis=-1)
+  np.testing.assert_allclose(np.asarray(got[2][:, 0]), np.asarray(logz), rtol=1e-6)
+
+
 def test_auto_is_xla_on_cpu_and_default_blocks_work():
   h, w, t, _, _ = _inputs("float32")
   want = logprob.materialized(h, w, t)
