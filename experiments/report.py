@@ -264,7 +264,7 @@ def markdown(runs: list[dict], baseline: str | None = None, target: float | None
              oracle: str | None = None, split: str = "auto") -> str:
   """The efficiency table (mean ± 95% interval over seeds per variant), then every run."""
   eff = efficiency(runs, baseline, target, oracle, split)
-  split = "test" if eff["accuracy_key"] == "rl_test_accuracy" else "dev"
+  read = "test" if eff["accuracy_key"] == "rl_test_accuracy" else "dev"
   aim = (f"target accuracy {eff['target']:.3f}" if eff["target"] is not None else
          f"target accuracy: the baseline's final with the same seed (mean "
          f"{eff['baseline_final']:.3f})")
@@ -274,10 +274,10 @@ def markdown(runs: list[dict], baseline: str | None = None, target: float | None
     share_note = (" Share of the oracle's gain recovered: mean(variant − baseline) / "
                   "mean(oracle − baseline) over the seeds all three ran, ± its delta-method 95% "
                   "interval; 'not resolved' where the oracle's own paired gain is not above 0.")
-  title = (f"Baseline `{eff['baseline']}`; final accuracy on the {split} set; tokens to target "
+  title = (f"Baseline `{eff['baseline']}`; final accuracy on the {read} set; tokens to target "
            f"on the dev curve, {aim}; AUC over the first {eff['auc_tokens']:,.0f} rollout "
            f"tokens; ± = 95% t interval over seeds.{share_note}")
-  head = ["variant", "seeds", f"{split} greedy acc", "Δ vs baseline (paired)",
+  head = ["variant", "seeds", f"{read} greedy acc", "Δ vs baseline (paired)",
           *(["share of oracle gain recovered"] if oracles else []), "tokens to target",
           "AUC (acc over tokens)", *(t for t, _, _ in COLUMNS[1:])]
   lines = [title, "", "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
@@ -289,7 +289,7 @@ def markdown(runs: list[dict], baseline: str | None = None, target: float | None
     means = [fmt.format(v["means"][k]) for _, k, fmt in COLUMNS[1:]]
     lines.append(" | ".join([f"| {variant}", str(v["seeds"]), _pm(*v["final"]),
                              _pm(*v["delta"]), *share, reached, _pm(*v["auc"]), *means]) + " |")
-  columns = COLUMNS + ((("test greedy", "rl_test_accuracy", "{:.3f}"),) if split == "test" else ())
+  columns = COLUMNS + ((("test greedy", "rl_test_accuracy", "{:.3f}"),) if read == "test" else ())
   head = [f"| {' | '.join(t for t, _, _ in columns)} |", "|" + "---:|" * len(columns)]
   lines += ["", "| run | seed " + head[0], "|---|---:" + head[1]]
   for r in runs:
@@ -478,8 +478,7 @@ def main(argv):
     os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
     with open(_JSON.value, "w") as f:
       json.dump(json_report(runs, _BASELINE.value, _TARGET.value, _ORACLE.value, _SPLIT.value),
-                f, indent=1,
-                allow_nan=False)
+                f, indent=1, allow_nan=False)
       f.write("\n")
   print(text)
 

@@ -5,9 +5,9 @@ vectors are [N, 1] columns so that row reductions (`keepdims=True`) store withou
 
 - forward: grid (N / block_n, cdiv(V, block_v)), the column axis 'arbitrary': the [block_n, 1]
   statistics stay in VMEM and are merged over the vocabulary tile by tile (`common.merge`, the
-  online logsumexp), so the outputs are [N, 1]. (Per-tile outputs [n_col_blocks, N, 1], as
-  before, take 128 lanes per token in HBM: for Qwen3's 151,936-entry vocabulary and 8,192 tokens,
-  596 MiB each, four of them per call.)
+  online logsumexp), so the outputs are [N, 1]. (The per-tile outputs it wrote before,
+  [n_col_blocks, N, 1], took 128 lanes per token in HBM: with Qwen3's 151,936-entry vocabulary
+  and 8,192 tokens, 596 MiB each, four of them per call.)
 - backward, d_hidden: grid (row blocks, column blocks), the column axis 'arbitrary': the
   [block_n, D] float32 output block stays in VMEM and accumulates over the vocabulary.
 - backward, d_unembedding: grid (column blocks, row blocks), the row axis 'arbitrary': the
