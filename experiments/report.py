@@ -91,7 +91,8 @@ _JSON = flags.DEFINE_string("json", None, "JSON output path (optional): one obje
 _TARGET = flags.DEFINE_float("target", None, "Target accuracy for tokens-to-target (default: "
                              "each run's target is the final greedy accuracy of the baseline's "
                              "run with the same seed).")
-_SPLIT = flags.DEFINE_enum("split", "auto", ["auto", "dev", "test"], "Which final accuracy the "
+SPLITS = ("auto", "dev", "test")  # What `--split` may name (`accuracy_key`).
+_SPLIT = flags.DEFINE_enum("split", "auto", list(SPLITS), "Which final accuracy the "
                            "tables read: 'dev' to choose settings, 'test' for result tables; "
                            "'auto' reads test when every run has it, else dev.")
 
@@ -185,9 +186,6 @@ def _pm(mean: float, half: float, fmt: str = "{:.3f}") -> str:
   if np.isnan(mean):
     return "-"
   return fmt.format(mean) if np.isnan(half) else f"{fmt.format(mean)} ± {fmt.format(half)}"
-
-
-SPLITS = ("auto", "dev", "test")
 
 
 def accuracy_key(runs: list[dict], split: str = "auto") -> str:

@@ -20,6 +20,8 @@ the test set and Knapsack with the oracle prior at +0.021, short of issue 32's g
   oracle_knapsack_nofb           Knapsack without the fallback: the rows the reference's fallback
                                  sends to p = 0 prompts (groups that the oracle prior says cannot
                                  vary) go to the effective prompts by the knapsack instead.
+Results: experiments/README.md, "Proving ground v2" (no setting beat ground_v2's on dev; the
+fallback never acted, so the two Knapsack runs were identical).
 """
 
 from __future__ import annotations

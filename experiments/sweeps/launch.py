@@ -123,16 +123,17 @@ def execute(steps: list[tuple[str, list]], jobs: int = 1, dry_run: bool = False)
     if os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
       print(f"[{i}/{len(steps)}] done, skipped: {workdir}", flush=True)
       continue
+    line = f"[{i}/{len(steps)}] {shlex.join(args)}"  # Printed when the run starts.
     if dry_run:
-      print(f"[{i}/{len(steps)}] {shlex.join(args)}", flush=True)
+      print(line, flush=True)
       continue
     if "--config.rl.steps=0" in args or jobs == 1:  # a shared SFT: the runs after it need it
       _wait(pending, 0)
-      print(f"[{i}/{len(steps)}] {shlex.join(args)}", flush=True)
+      print(line, flush=True)
       _wait([(workdir, args, _start(args, workdir, False))], 0)
     else:
-      _wait(pending, jobs - 1)  # Printed when it starts.
-      print(f"[{i}/{len(steps)}] {shlex.join(args)}", flush=True)
+      _wait(pending, jobs - 1)
+      print(line, flush=True)
       pending.append((workdir, args, _start(args, workdir, True)))
   _wait(pending, 0)
 
