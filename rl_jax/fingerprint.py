@@ -5,6 +5,13 @@ every later run there (a resume) must have the same values (`mismatch` names the
 differ), so checkpoints are never continued under settings they were not trained with.
 `experiments.eval` / `export` read the run's own config and refuse a `--config` that differs.
 
+One change is a continuation, not another configuration: more RL steps (`rl.steps` raised) when
+the steps the run has taken do not depend on the total (`continuation`): a constant learning rate
+after a warmup the run has finished, and a more-SFT control whose steps are not derived from
+`rl.steps`. The longer run's first steps are then the shorter run's, so the work dir's run goes on
+from its last checkpoint (`train.loop` recomputes the final evaluations and records the new
+fields).
+
 `IGNORED` lists the fields that cannot change a run's results and may differ between runs of one
 work dir; every other field counts. Keep it explicit: a field belongs here only if a resumed
 run with another value reproduces the same metrics and checkpoints (`model.scan_layers`: up to
@@ -90,6 +97,34 @@ def describe(changes: list[tuple[str, str, str]], limit: int = 8) -> str:
   return ", ".join(parts)
 
 
+def _int(fields: Mapping[str, str], path: str, default: int = 0) -> int:
+  try:
+    return int(json.loads(fields.get(path, str(default))))
+  except (TypeError, ValueError):
+    return default
+
+
+def continuation(stored: Mapping[str, str], current: Mapping[str, str]) -> tuple[
+    Optional[tuple[int, int]], str]:
+  """((old, new) RL steps, '') when `current` continues the run `stored` records to more RL steps
+  (module docstring); (None, why not) when `rl.steps` differs but the change is not a continuation;
+  (None, '') when `rl.steps` is the same. Other fields are not compared here."""
+  old, new = _int(stored, "rl.steps"), _int(current, "rl.steps")
+  if "rl.steps" not in stored or "rl.steps" not in current or old == new:
+    return None, ""
+  if new < old:
+    return None, "a run cannot be shortened (its later steps are taken)"
+  if json.loads(current.get("rl.optim.schedule", '""')) != "constant":
+    return None, ("the learning-rate schedule reads rl.steps (continuing needs "
+                  "rl.optim.schedule='constant')")
+  if _int(current, "rl.optim.warmup_steps") >= old * max(_int(current, "rl.num_iterations", 1), 1):
+    return None, "the run ended inside its warmup, whose length reads rl.steps"
+  if (json.loads(current.get("control.enabled", "false"))
+      and not _int(current, "control.steps")):
+    return None, "the more-SFT control's steps derive from rl.steps (set control.steps)"
+  return (old, new), ""
+
+
 class ConfigMismatch(ValueError):
   """A work dir holds a run of another configuration (the message names the fields)."""
 
@@ -110,23 +145,33 @@ def stored_fields(workdir: str, legacy_config: Optional[Mapping] = None) -> Opti
 
 
 def check(workdir: str, config: Any, legacy_config: Optional[Mapping] = None,
-          what: str = "this run") -> None:
-  """Raises ConfigMismatch if `workdir` belongs to a configuration other than `config`."""
+          what: str = "this run", continuable: bool = False) -> Optional[tuple[int, int]]:
+  """Raises ConfigMismatch if `workdir` belongs to a configuration other than `config`.
+
+  continuable: a run that goes on (`train.loop.run`): a raised `rl.steps` that is a
+  `continuation` is accepted, and (old, new) steps are returned; else None."""
   stored = stored_fields(workdir, legacy_config)
   if stored is None:
-    return
-  changes = diff(stored, results_fields(config))
+    return None
+  current = results_fields(config)
+  changes = diff(stored, current)
+  steps, why = continuation(stored, current) if continuable else (None, "")
+  if steps is not None:
+    changes = [c for c in changes if c[0] != "rl.steps"]
   if changes:
     raise ConfigMismatch(
-        f"{workdir} holds a run of another configuration than {what}: {describe(changes)}; "
-        "use a new --workdir (fields that cannot change results may differ: "
+        f"{workdir} holds a run of another configuration than {what}: {describe(changes)}"
+        + (f" (not a continuation to more RL steps: {why})" if why else "")
+        + "; use a new --workdir (fields that cannot change results may differ: "
         "rl_jax/fingerprint.py IGNORED)")
+  return steps
 
 
-def record(workdir: str, config: Any) -> None:
-  """Writes `workdir`'s record of `config` unless one exists (the first run's config stays)."""
+def record(workdir: str, config: Any, replace: bool = False) -> None:
+  """Writes `workdir`'s record of `config` unless one exists (the first run's config stays);
+  `replace`: writes it anyway (a run continued to more RL steps records its new length)."""
   path = os.path.join(workdir, FINGERPRINT_FILE)
-  if os.path.exists(path):
+  if os.path.exists(path) and not replace:
     return
   fields = results_fields(config)
   tmp = path + ".tmp"

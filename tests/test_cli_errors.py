@@ -17,6 +17,7 @@ import pytest
 from rl_jax import fingerprint
 from rl_jax import workdir as workdir_lib
 from rl_jax.train import config_check, loop
+from rl_jax.train import store as store_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = "--config=experiments/configs/default.py:smoke"
@@ -99,7 +100,7 @@ def test_corrupt_evals_json_is_named(tmp_path):
   path = tmp_path / workdir_lib.EVALS_FILE
   path.write_text("{not json")
   with pytest.raises(ValueError, match=rf"{path} is not valid JSON"):
-    loop._Store(str(path))  # pylint: disable=protected-access
+    store_lib.Store(str(path))
 
 
 def test_a_workdir_belongs_to_one_configuration(smoke_config_factory, tmp_path):
@@ -126,3 +127,42 @@ def test_a_workdir_belongs_to_one_configuration(smoke_config_factory, tmp_path):
   legacy = json.loads(first.to_json())
   with pytest.raises(fingerprint.ConfigMismatch, match="config.rl.kl_coef: 0.02 -> 0.0"):
     fingerprint.check(str(tmp_path / "legacy"), changed, legacy)
+
+
+@pytest.mark.parametrize("change, why", [
+    pytest.param({}, None, id="constant_rate_continues"),
+    pytest.param({"rl.optim.schedule": "cosine"}, "learning-rate schedule reads rl.steps",
+                 id="cosine"),
+    pytest.param({"rl.optim.warmup_steps": 4}, "ended inside its warmup", id="warmup"),
+    pytest.param({"control.enabled": True}, "control's steps derive from rl.steps",
+                 id="derived_control"),
+    pytest.param({"new_steps": 2}, "cannot be shortened", id="shorter"),
+])
+def test_more_rl_steps_is_a_continuation_only_when_the_steps_taken_do_not_read_it(
+    smoke_config_factory, tmp_path, change, why):
+  """Raising rl.steps continues the work dir's run (`fingerprint.continuation`) when the steps it
+  took do not depend on the total; otherwise the refusal names the field and the reason."""
+  def config(steps):
+    c = smoke_config_factory()
+    c.rl.steps = steps
+    c.rl.optim.update(schedule="constant", warmup_steps=1)
+    c.control.update(enabled=False, steps=0)
+    for key, value in change.items():
+      if key != "new_steps":
+        c.update_from_flattened_dict({key: value})
+    return c
+
+  fingerprint.record(str(tmp_path), config(3))
+  new = config(change.get("new_steps", 5))
+  if why is None:
+    assert fingerprint.check(str(tmp_path), new, continuable=True) == (3, 5)
+    # Only a run that goes on may continue (experiments.eval / export compare exactly).
+    with pytest.raises(fingerprint.ConfigMismatch, match="config.rl.steps: 3 -> 5"):
+      fingerprint.check(str(tmp_path), new)
+    new.rl.kl_coef = 0.5  # Any other change is still another configuration.
+    with pytest.raises(fingerprint.ConfigMismatch, match="config.rl.kl_coef"):
+      fingerprint.check(str(tmp_path), new, continuable=True)
+  else:
+    with pytest.raises(fingerprint.ConfigMismatch) as info:
+      fingerprint.check(str(tmp_path), new, continuable=True)
+    assert "config.rl.steps: 3 -> " in str(info.value) and why in str(info.value)

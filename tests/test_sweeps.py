@@ -21,7 +21,7 @@ from experiments.configs import ladder as ladder_config
 from experiments.configs import ladder2 as ladder2_config
 from experiments.sweeps import (estimators, ground_v2, ground_v2_pilot, ladder_baselines, launch,
                                 value_priors)
-from rl_jax import experiment, models
+from rl_jax import experiment, fingerprint, models
 from rl_jax.metrics import MetricsWriter
 from rl_jax.rollout import checks
 from rl_jax.train import config_check, init_from, loop, phases
@@ -78,13 +78,14 @@ def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
 
 
 def test_ground_v2_pilot_changes_one_setting_of_an_oracle():
-  """Each pilot variant is its ground_v2 oracle with one setting changed, at G=4's rows."""
+  """Each pilot variant is its ground_v2 variant (an oracle or GRPO G=4) with one setting
+  changed, at G=4's rows."""
   runs = ground_v2_pilot.get_sweep()
   assert {r["seed"] for r in runs} == {0, 1}
   for run in runs:
     variant = run["name"].rsplit("_seed", 1)[0]
-    base = ground_v2.VARIANTS["oracle_prm" if variant.startswith("oracle_prm") else
-                              "oracle_knapsack"]
+    base = ground_v2.VARIANTS[next(b for b in ("oracle_prm", "oracle_knapsack", "grpo_g4")
+                                   if variant.startswith(b))]
     changed = {k for k in set(run) | set(base) if k not in ("name", "seed")
                and run.get(k) != base.get(k)}
     assert len(changed) == 1, (variant, changed)
@@ -96,6 +97,8 @@ def test_ground_v2_pilot_changes_one_setting_of_an_oracle():
   by = {r["name"]: r for r in runs}
   assert by["oracle_prm_a4_seed1"]["rl.process.alpha"] == 4.0
   assert by["oracle_knapsack_nofb_seed0"]["rl.allocation.knapsack.fallback"] is False
+  assert by["grpo_g4_lr4e5_seed1"]["rl.optim.lr"] == 4e-5
+  assert by["oracle_prm_s150_seed0"]["rl.steps"] == 150 and "oracle_prm_s150_seed1" not in by
 
 
 def test_ground_v2_gates_on_fixed_report_json(tmp_path):
@@ -194,6 +197,24 @@ def test_launcher_jobs_run_after_the_shared_sft_and_side_by_side(tmp_path):
   steps = [(str(d["c"]), _script("import sys; sys.exit(5)")), (str(d["b"]), _script("pass"))]
   with pytest.raises(RuntimeError, match=r"run .*c exited with status 5"):
     launch.execute(steps, jobs=2)
+
+
+def test_launcher_runs_a_finished_run_again_when_its_sweep_entry_changed(tmp_path, capsys):
+  """A finished run (summary.json) is skipped while its recorded config is the sweep entry's; once
+  the entry changes (here rl.steps raised, which `experiments.run` continues), it runs again."""
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  flags_ = [f"--config={REPO}/experiments/configs/default.py:smoke", "--config.rl.kl_coef=0.5"]
+  fingerprint.record(str(workdir), launch.run_config(flags_))
+  (workdir / "summary.json").write_text("{}")
+  mark = workdir / "ran"
+  script = _script(f"open({str(mark)!r}, 'w')")
+  launch.execute([(str(workdir), script + flags_)])
+  assert not mark.exists() and "done, skipped" in capsys.readouterr().out
+  launch.execute([(str(workdir), script + flags_ + ["--config.rl.steps=9"])])
+  assert mark.exists()
+  assert ("finished with other settings (config.rl.steps: 4 -> 9): run again"
+          in capsys.readouterr().out)
 
 
 def test_launcher_flags_parse_back_to_the_overrides(tmp_path):

@@ -5,8 +5,12 @@
 
 `--sweep=NAME` is the module `experiments/sweeps/NAME.py`; its `get_sweep()` lists the runs as
 dicts of config overrides (plus 'name'), which become `--config.KEY=VALUE` flags. Run NAME goes
-to WORKDIR_ROOT/SWEEP/NAME. A run whose `summary.json` exists is skipped, so re-running the
-command continues an interrupted sweep (and a half-finished run resumes from its checkpoints).
+to WORKDIR_ROOT/SWEEP/NAME. A run whose `summary.json` exists and whose recorded config is the
+sweep's (`rl_jax.fingerprint`) is skipped, so re-running the command continues an interrupted
+sweep (and a half-finished run resumes from its checkpoints). A finished run whose sweep entry
+has changed runs again: `experiments.run` continues it when only `rl.steps` was raised (and the
+run's learning rate is constant), and refuses any other change in one line, which stops the
+launch.
 `--jobs=N` runs N runs at once after the shared SFTs (on a 2-core CPU, 2 runs at once finish a
 sweep sooner than one after another; each run's output then goes to its WORKDIR/launch.log).
 
@@ -28,7 +32,9 @@ import sys
 import time
 
 from absl import app, flags
+from ml_collections import config_flags
 
+from rl_jax import fingerprint
 from rl_jax.workdir import SUMMARY_FILE  # (rl_jax.workdir imports no jax)
 
 _SWEEP = flags.DEFINE_string("sweep", None, "Sweep module name in experiments/sweeps/.")
@@ -113,16 +119,42 @@ def _start(args: list, workdir: str, log: bool) -> subprocess.Popen:
     return subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
 
 
+def run_config(args: list[str]):
+  """The config `experiments.run` builds from `args`' `--config=` / `--config.K=V` flags."""
+  argv = ["launch"] + [a for a in args if a.startswith("--config")]
+  values = flags.FlagValues()
+  # The override flags (--config.K) are defined from `sys_argv`, as from sys.argv in a run.
+  config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True,
+                                  sys_argv=argv)
+  values(argv)
+  return values.config
+
+
+def changed(workdir: str, args: list[str]) -> str:
+  """'' when `workdir`'s recorded config (`rl_jax.fingerprint`) is the one `args` make (or none
+  is recorded), else the fields that differ (`fingerprint.describe`)."""
+  stored = fingerprint.stored_fields(workdir)
+  if stored is None:
+    return ""
+  return fingerprint.describe(fingerprint.diff(stored, fingerprint.results_fields(
+      run_config(args))))
+
+
 def execute(steps: list[tuple[str, list]], jobs: int = 1, dry_run: bool = False) -> None:
   """Runs `plan`'s steps in order, `jobs` at a time; a shared SFT (`--config.rl.steps=0`) runs
   alone, after the runs in flight, since the runs after it start from it. A step whose
-  summary.json exists is skipped; a failed run stops the launch (after the runs in flight end)
-  with its command and status."""
+  summary.json exists is skipped when its recorded config is the step's (`changed`), and run
+  again otherwise (a continuation to more RL steps, or a one-line refusal); a failed run stops
+  the launch (after the runs in flight end) with its command and status."""
   pending = []
   for i, (workdir, args) in enumerate(steps, 1):
     if os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
-      print(f"[{i}/{len(steps)}] done, skipped: {workdir}", flush=True)
-      continue
+      diff = changed(workdir, args)
+      if not diff:
+        print(f"[{i}/{len(steps)}] done, skipped: {workdir}", flush=True)
+        continue
+      print(f"[{i}/{len(steps)}] finished with other settings ({diff}): run again",
+            flush=True)
     line = f"[{i}/{len(steps)}] {shlex.join(args)}"  # Printed when the run starts.
     if dry_run:
       print(line, flush=True)

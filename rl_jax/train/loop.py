@@ -30,6 +30,7 @@ import functools
 import json
 import os
 import time
+from typing import Optional
 
 import jax
 import ml_collections
@@ -41,39 +42,7 @@ from rl_jax.data import ladder
 from rl_jax.metrics import MetricsWriter, plot_curves, read_metrics
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.train import config_check, evaluate, init_from, phases, signals
-
-
-class _Store:
-  """A JSON dict on disk, rewritten atomically on every `set` (by process 0 only; every process
-  keeps the values, which the run computes the same way everywhere)."""
-
-  def __init__(self, path: str):
-    self.path = path
-    self.values = {}
-    self.on_set = None  # Called after every `set` (the run's wall-clock ledger).
-    if os.path.exists(path):
-      with open(path) as f:
-        try:
-          self.values = json.load(f)
-        except ValueError as e:
-          raise ValueError(f"{path} is not valid JSON ({e}); delete it to recompute the "
-                           "evaluations it held") from None
-
-  def get(self, key, compute):
-    if key not in self.values:
-      self.set(key, compute())
-    return self.values[key]
-
-  def set(self, key, value):
-    self.values[key] = value
-    if self.on_set is not None:
-      self.on_set()
-    if not parallel.is_primary():
-      return
-    tmp = f"{self.path}.tmp"
-    with open(tmp, "w") as f:
-      json.dump(self.values, f, indent=1, sort_keys=True)
-    os.replace(tmp, self.path)
+from rl_jax.train import store as store_lib
 
 
 def _evaluator(exp: experiment.Experiment):
@@ -155,7 +124,7 @@ def _full_eval(exp, run_eval, params, sweep_temperatures: bool, phase: str = "")
   return out
 
 
-def _test_eval(exp, store: _Store, run_eval, key: str, params, phase: str = "") -> None:
+def _test_eval(exp, store: store_lib.Store, run_eval, key: str, params, phase: str = "") -> None:
   """The greedy test-set evaluation of `params`, kept in `store` under `key` ({'greedy': ...},
   as the dev evaluations); nothing without a test set (`config.task.test_size` = 0)."""
   if exp.test_prompts is not None:
@@ -216,7 +185,7 @@ def control_steps(config: ml_collections.ConfigDict, prompt_len: int, demo_len: 
   return max(1, round(rl.steps * rl_step / sft_step))
 
 
-def _train_and_evaluate(exp, store: _Store, run_eval, periodic, writer) -> dict:
+def _train_and_evaluate(exp, store: store_lib.Store, run_eval, periodic, writer) -> dict:
   """SFT (or init_from), RL and the control with their evaluations (kept in `store`); returns
   the control's summary fields. Checks for a stop signal after every phase and evaluation.
 
@@ -267,14 +236,19 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   (`signals.Preempted`); re-running resumes. Raises `config_check.ConfigError` for an
   out-of-range config field or a bad work dir before anything runs, and
   `fingerprint.ConfigMismatch` when `workdir` holds a run of another configuration.
+
+  A work dir's run continues to more RL steps when only `rl.steps` was raised and the steps taken
+  do not depend on it (`fingerprint.continuation`: a constant learning rate after warmup): RL
+  goes on from the last checkpoint and the final evaluations are made again at the new last step.
+  The result is the run the longer config makes from scratch (tests/train/test_resume.py).
   """
   config_check.check(config)
   config_check.check_workdir(workdir)
-  fingerprint.check(workdir, config, _stored_config(workdir))
+  continued = fingerprint.check(workdir, config, _stored_config(workdir), continuable=True)
   compile_cache.configure(config.compile_cache_dir, config.compile_cache_min_seconds,
                           config.compile_cache_max_gb)
   with signals.catch():
-    return _run(config, workdir)
+    return _run(config, workdir, continued)
 
 
 def _reward_faults(workdir: str) -> dict:
@@ -301,7 +275,8 @@ def _stored_config(workdir: str):
       raise ValueError(f"{path} is not valid JSON ({e})") from None
 
 
-def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def _run(config: ml_collections.ConfigDict, workdir: str,
+         continued: Optional[tuple[int, int]] = None) -> dict:
   t_start = time.time()
   primary = parallel.is_primary()
   os.makedirs(workdir, exist_ok=True)
@@ -312,14 +287,16 @@ def _run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     init_from.prepare(config.init_from, workdir)
   parallel.sync("loop.prepare")
   exp = experiment.build(config, workdir)
-  store = _Store(os.path.join(workdir, workdir_lib.EVALS_FILE))
+  store = store_lib.Store(os.path.join(workdir, workdir_lib.EVALS_FILE))
   clock = workdir_lib.WallClock(workdir, store.values.get("previous_wall_seconds", 0.0),
                                 primary=primary, start=t_start)
   store.on_set = clock.tick
   parallel.sync("loop.store")  # Every process has read the files before process 0 rewrites them.
+  if continued is not None:
+    store_lib.continue_run(config, workdir, store, continued)
   if config.init_from:
     init_from.check_same_data(config.init_from, workdir)
-    source_evals = _Store(os.path.join(config.init_from, workdir_lib.EVALS_FILE)).values
+    source_evals = store_lib.Store(os.path.join(config.init_from, workdir_lib.EVALS_FILE)).values
     for key in ("sft", "sft_seconds"):  # Its SFT evaluations are this run's too.
       if key in source_evals and key not in store.values:
         store.set(key, source_evals[key])

@@ -16,6 +16,7 @@ import os
 
 import pytest
 
+from rl_jax import fingerprint
 from rl_jax import workdir as workdir_lib
 from rl_jax.metrics import read_metrics
 from rl_jax.train import loop, phases
@@ -32,6 +33,8 @@ def _config(make, interrupt_at=""):
   config.rl.kl_coef = 0.05
   config.rl.kl_kind = "k1"
   config.rl.optim.warmup_steps = 0  # Every RL update moves the policy, so KL != 0 from step 2.
+  # A constant rate: a finished run may then be continued to more RL steps (the last test).
+  config.rl.optim.schedule = "constant"
   config.interrupt_at = interrupt_at
   # V0 (rl_jax/value/v0/run.py) trains every 2 steps and is calibrated at each evaluation: its
   # state rides in the RL checkpoint's meta, so its metrics must resume exactly too.
@@ -156,3 +159,22 @@ def test_finished_run_rerun_is_a_no_op(reference_run, tmp_path):
     assert f.read() == before
   assert summary["rl_accuracy"] == _summary(reference)["rl_accuracy"]
   assert summary["wall_seconds"] >= summary["sft_train_seconds"]
+
+
+def test_finished_run_continued_to_more_rl_steps_matches_the_longer_run(reference_run, tmp_path):
+  """A finished 2-step RL run re-run with rl.steps=4 goes on from its checkpoint and ends as the
+  4-step run does from scratch (metrics, history, final evaluations, summary); it cannot then be
+  shortened again."""
+  reference, make = reference_run
+  workdir = str(tmp_path)
+  short = _config(make)
+  short.rl.steps = 2
+  assert loop.run(short, workdir)["rl_steps"] == 2
+  assert sorted(_records(workdir, "rl")) == [1, 2]
+
+  summary = loop.run(_config(make), workdir)
+
+  assert summary["rl_steps"] == 4
+  _assert_same_run(reference, workdir)
+  with pytest.raises(fingerprint.ConfigMismatch, match="cannot be shortened"):
+    loop.run(short, workdir)
