@@ -35,10 +35,23 @@ VARIANTS = {
     "oracle_prm_a4": dict(ground_v2.VARIANTS["oracle_prm"], **{"rl.process.alpha": 4.0}),
     "oracle_knapsack_nofb": dict(ground_v2.VARIANTS["oracle_knapsack"],
                                  **{"rl.allocation.knapsack.fallback": False}),
+    # A lower constant learning rate: GRPO G = 4 and the two oracles.
+    "grpo_g4_lr4e5": dict(ground_v2.VARIANTS["grpo_g4"], **{"rl.optim.lr": 4e-5}),
+    "oracle_prm_lr4e5": dict(ground_v2.VARIANTS["oracle_prm"], **{"rl.optim.lr": 4e-5}),
+    "oracle_knapsack_lr4e5": dict(ground_v2.VARIANTS["oracle_knapsack"], **{"rl.optim.lr": 4e-5}),
+}
+
+# 150 RL steps (the top of issue 32's range), seed 0 only: the dev gap of the oracle process
+# reward shrank, so the other runs were stopped.
+SEED0_VARIANTS = {
+    "grpo_g4_s150": dict(ground_v2.VARIANTS["grpo_g4"], **{"rl.steps": 150}),
+    "oracle_prm_s150": dict(ground_v2.VARIANTS["oracle_prm"], **{"rl.steps": 150}),
 }
 
 
 def get_sweep() -> list[dict]:
   """One dict per run (config overrides plus 'name'), seed by seed."""
-  return [dict(overrides, seed=seed, name=f"{variant}_seed{seed}")
-          for seed in SEEDS for variant, overrides in VARIANTS.items()]
+  return ([dict(overrides, seed=0, name=f"{variant}_seed0")
+           for variant, overrides in SEED0_VARIANTS.items()]
+          + [dict(overrides, seed=seed, name=f"{variant}_seed{seed}")
+             for seed in SEEDS for variant, overrides in VARIANTS.items()])
