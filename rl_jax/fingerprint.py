@@ -84,9 +84,11 @@ def diff(stored: Mapping[str, str], current: Mapping[str, str]) -> list[tuple[st
   """(path, stored value, current value) for each field both hold with different values.
 
   A field only one side holds (a field added or removed by a newer version of the code) is not
-  compared: it was not a choice of either run."""
+  compared: it was not a choice of either run. Nor are the RL fields (`rl.*`) of an SFT-only run
+  (`rl.steps` 0 on both sides, a sweep's shared SFT): no RL step reads them."""
+  sft_only = stored.get("rl.steps") == current.get("rl.steps") == "0"
   return [(k, stored[k], current[k]) for k in sorted(stored.keys() & current.keys())
-          if stored[k] != current[k]]
+          if stored[k] != current[k] and not (sft_only and k.startswith("rl."))]
 
 
 def describe(changes: list[tuple[str, str, str]], limit: int = 8) -> str:

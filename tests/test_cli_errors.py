@@ -129,6 +129,23 @@ def test_a_workdir_belongs_to_one_configuration(smoke_config_factory, tmp_path):
     fingerprint.check(str(tmp_path / "legacy"), changed, legacy)
 
 
+def test_an_sft_only_run_is_not_another_configuration_for_its_rl_fields(smoke_config_factory,
+                                                                       tmp_path):
+  """With rl.steps = 0 on both sides (a sweep's shared SFT) the RL fields are not compared; any
+  other field still is."""
+  first = smoke_config_factory()
+  first.rl.steps = 0
+  fingerprint.record(str(tmp_path), first)
+  other_rl = smoke_config_factory()
+  other_rl.rl.steps = 0
+  other_rl.rl.optim.lr = 4e-5
+  fingerprint.check(str(tmp_path), other_rl)  # No error.
+  other_rl.sft.optim.lr = 1e-2
+  with pytest.raises(fingerprint.ConfigMismatch, match="config.sft.optim.lr") as info:
+    fingerprint.check(str(tmp_path), other_rl)
+  assert "rl.optim.lr" not in str(info.value).replace("sft.optim.lr", "")
+
+
 @pytest.mark.parametrize("change, why", [
     pytest.param({}, None, id="constant_rate_continues"),
     pytest.param({"rl.optim.schedule": "cosine"}, "learning-rate schedule reads rl.steps",

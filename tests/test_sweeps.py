@@ -78,17 +78,19 @@ def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
 
 
 def test_ground_v2_pilot_changes_one_setting_of_an_oracle():
-  """Each pilot variant is its ground_v2 variant (an oracle or GRPO G=4) with one setting
-  changed, at G=4's rows."""
+  """Each pilot variant is its ground_v2 variant (an oracle or GRPO G=4) at a pinned learning
+  rate (the first ground's 1e-4, or 4e-5) with one setting changed, at G=4's rows."""
   runs = ground_v2_pilot.get_sweep()
   assert {r["seed"] for r in runs} == {0, 1}
   for run in runs:
     variant = run["name"].rsplit("_seed", 1)[0]
     base = ground_v2.VARIANTS[next(b for b in ("oracle_prm", "oracle_knapsack", "grpo_g4")
                                    if variant.startswith(b))]
-    changed = {k for k in set(run) | set(base) if k not in ("name", "seed")
+    lr = run["rl.optim.lr"]
+    assert lr in (ground_v2_pilot.FIRST_LR, 4e-5), variant
+    changed = {k for k in set(run) | set(base) if k not in ("name", "seed", "rl.optim.lr")
                and run.get(k) != base.get(k)}
-    assert len(changed) == 1, (variant, changed)
+    assert len(changed) == (0 if lr == 4e-5 else 1), (variant, changed)
     config = ladder2_config.get_config()
     config.unlock()
     config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})

@@ -30,22 +30,30 @@ from experiments.sweeps import ground_v2
 
 SEEDS = (0, 1)
 
+# The learning rate ground_v2 ran at first (runs/sweeps/ground_v2_lr1e4); ladder2.py now has 4e-5.
+FIRST_LR = 1e-4
+
+
+def _at(base: str, lr: float, **change) -> dict:
+  return dict(ground_v2.VARIANTS[base], **{"rl.optim.lr": lr}, **change)
+
+
 VARIANTS = {
-    "oracle_prm_a2": dict(ground_v2.VARIANTS["oracle_prm"], **{"rl.process.alpha": 2.0}),
-    "oracle_prm_a4": dict(ground_v2.VARIANTS["oracle_prm"], **{"rl.process.alpha": 4.0}),
-    "oracle_knapsack_nofb": dict(ground_v2.VARIANTS["oracle_knapsack"],
-                                 **{"rl.allocation.knapsack.fallback": False}),
+    "oracle_prm_a2": _at("oracle_prm", FIRST_LR, **{"rl.process.alpha": 2.0}),
+    "oracle_prm_a4": _at("oracle_prm", FIRST_LR, **{"rl.process.alpha": 4.0}),
+    "oracle_knapsack_nofb": _at("oracle_knapsack", FIRST_LR,
+                                **{"rl.allocation.knapsack.fallback": False}),
     # A lower constant learning rate: GRPO G = 4 and the two oracles.
-    "grpo_g4_lr4e5": dict(ground_v2.VARIANTS["grpo_g4"], **{"rl.optim.lr": 4e-5}),
-    "oracle_prm_lr4e5": dict(ground_v2.VARIANTS["oracle_prm"], **{"rl.optim.lr": 4e-5}),
-    "oracle_knapsack_lr4e5": dict(ground_v2.VARIANTS["oracle_knapsack"], **{"rl.optim.lr": 4e-5}),
+    "grpo_g4_lr4e5": _at("grpo_g4", 4e-5),
+    "oracle_prm_lr4e5": _at("oracle_prm", 4e-5),
+    "oracle_knapsack_lr4e5": _at("oracle_knapsack", 4e-5),
 }
 
 # 150 RL steps (the top of issue 32's range), seed 0 only: the dev gap of the oracle process
 # reward shrank, so the other runs were stopped.
 SEED0_VARIANTS = {
-    "grpo_g4_s150": dict(ground_v2.VARIANTS["grpo_g4"], **{"rl.steps": 150}),
-    "oracle_prm_s150": dict(ground_v2.VARIANTS["oracle_prm"], **{"rl.steps": 150}),
+    "grpo_g4_s150": _at("grpo_g4", FIRST_LR, **{"rl.steps": 150}),
+    "oracle_prm_s150": _at("oracle_prm", FIRST_LR, **{"rl.steps": 150}),
 }
 
 
