@@ -265,8 +265,10 @@ def treepo_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
   fields = dict(tokens=out.tokens[keep], mask=out.mask[keep], logp=out.logp[keep],
                 tree=eptree.restrict(out.tree, keep))
   rewards, host = score(exp, fields["tokens"], fields["mask"], requests.row_prompts)
-  return Served(fields, rewards, {"rollout_tokens": out.decode_tokens,
-                                  "tree_filled_rows": int(out.filled[keep].sum()), **host})
+  return Served(fields, rewards, {
+      "rollout_tokens": out.decode_tokens, "tree_filled_rows": int(out.filled[keep].sum()),
+      "tree_forks": out.num_forks,
+      "tree_fork_prefix_mean": out.fork_prefix_tokens / max(out.num_forks, 1), **host})
 
 
 @ENGINES.register("echo")

@@ -90,6 +90,9 @@ class TreePORollout:
     tree: `types.Tree` with parent/depth [B, N], leaf_node [B·G, N], node_of [B·G, T].
     decode_tokens: completion tokens decoded (a shared prefix once; fill copies not counted).
     filled: [B·G] bool, rows that are copies of their prompt's first leaf.
+    num_forks: paths started at a segment boundary (children; the first paths not counted).
+    fork_prefix_tokens: completion tokens each child shares with its parent when it forks,
+      summed over the forks (divided by num_forks: where in the completion the tree branches).
   """
 
   tokens: np.ndarray
@@ -98,6 +101,8 @@ class TreePORollout:
   tree: Tree
   decode_tokens: int
   filled: np.ndarray
+  num_forks: int = 0
+  fork_prefix_tokens: int = 0
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "group", "cache_size"))
@@ -212,7 +217,7 @@ def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
   live = used.copy()
   src = np.arange(s)
   length = np.zeros(s, np.int64)  # completion tokens each slot holds
-  decode_tokens = 0
+  decode_tokens = num_forks = fork_prefix_tokens = 0
   for k in range(n_seg):
     for i in np.flatnonzero(live):  # Each live path's next segment is a new node.
       pb = prompt_of[i]
@@ -259,6 +264,8 @@ def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
           c = free.pop(0)
           src[c], used[c], live[c], cur[c] = i, True, True, cur[i]
           end = length[c] = length[i]
+          num_forks += 1
+          fork_prefix_tokens += int(end)
           tokens[c, :end], mask[c, :end] = tokens[i, :end], mask[i, :end]
           logp[c, :end], node_of[c, :end] = logp[i, :end], node_of[i, :end]
   filled = ~used
@@ -271,4 +278,5 @@ def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
   inc = incidence(parent, node_of, mask, prompt_of)
   tree = Tree(parent=parent, depth=depth, leaf_node=inc, node_of=node_of)
   return TreePORollout(tokens=tokens, mask=mask, logp=logp, tree=tree,
-                       decode_tokens=decode_tokens, filled=filled)
+                       decode_tokens=decode_tokens, filled=filled, num_forks=num_forks,
+                       fork_prefix_tokens=fork_prefix_tokens)

@@ -38,6 +38,9 @@ def test_tree_shape_and_shared_prefixes(grown):
   # No EOS: 2 paths, then 4, then 8 over the 3 segments; every slot used, nothing filled.
   assert not out.filled.any() and out.mask.all()
   assert out.decode_tokens == 2 * (2 * SEG + 4 * SEG + 8 * SEG)  # vs 2 * G * T independent
+  # Forks: 2 children at the first boundary (after SEG tokens), 4 at the second (2 SEG), a prompt.
+  assert out.num_forks == 2 * (2 + 4)
+  assert out.fork_prefix_tokens == 2 * (2 * SEG + 4 * 2 * SEG)
   tree = out.tree
   for b in range(2):
     rows = slice(b * G, (b + 1) * G)
@@ -198,6 +201,9 @@ def test_newline_segments_end_at_newline_tokens(lines):
     rows = slice(b * G, (b + 1) * G)
     assert len({tuple(r) for r in out.tree.node_of[rows][~out.filled[rows]]}) > 2
   assert out.filled[G + 5:].all() and not out.filled[:2].any()  # budget 5: slots 5..7 copies
+  # Every used slot beyond the first_width = 2 paths of a prompt is a fork, after >= 1 token.
+  assert out.num_forks == int((~out.filled).sum()) - 2 * 2 > 0
+  assert out.fork_prefix_tokens >= out.num_forks
 
 
 def test_newline_sampler_logp_equals_trainer_logp(lines):
@@ -257,6 +263,7 @@ def test_newline_segments_through_the_engine(tmp_path):
       assert last in newline or (stop == n and (last == exp.tokenizer.eos_id
                                                 or n == exp.max_new_tokens))
   assert metrics["rollout_tokens"] <= metrics["batch_tokens"]
+  assert metrics["tree_forks"] >= 1 and metrics["tree_fork_prefix_mean"] >= 1
   config.rl.treepo.segment = "lines"
   with pytest.raises(ValueError, match=r"config.rl.treepo.segment='lines'"):
     checks.check_config(config)
