@@ -1,27 +1,38 @@
-"""Settings tried for two of ground_v2's oracles, chosen on the dev set (seeds 0 and 1).
+"""Settings tried for ground_v2's oracles and learning rate, chosen on the dev set (seeds 0, 1).
 
     python -m experiments.sweeps.launch --sweep=ground_v2_pilot \
         --base_config=experiments/configs/ladder2.py --workdir_root=runs/sweeps --jobs=2
+    # Against the first ground (learning rate 1e-4, runs/sweeps/ground_v2_lr1e4):
     python -m experiments.report --split=dev --baseline=grpo_g4 \
-        --workdirs='runs/sweeps/ground_v2/grpo_g4_seed[01]' \
-        --workdirs='runs/sweeps/ground_v2/oracle_[pk]*_seed[01]' \
-        --workdirs='runs/sweeps/ground_v2_pilot/[!_]*' --out=runs/ground_v2_pilot.md
+        --workdirs='runs/sweeps/ground_v2_lr1e4/grpo_g4_seed[01]' \
+        --workdirs='runs/sweeps/ground_v2_lr1e4/oracle_[pk]*_seed[01]' \
+        --workdirs='runs/sweeps/ground_v2_pilot/*_[as][0-9]*' \
+        --workdirs='runs/sweeps/ground_v2_pilot/*_nofb_*' --out=runs/ground_v2_pilot.md
+    # The learning rate 4e-5 against its own GRPO G = 4:
+    python -m experiments.report --split=dev --baseline=grpo_g4_lr4e5 \
+        --workdirs='runs/sweeps/ground_v2_pilot/*_lr4e5_*' --out=runs/ground_v2_pilot_lr.md
 
 The runs start from the same pinned SFT as ground_v2 (`sft.seed = 0` in ladder2.py): the launcher
 trains it again under ground_v2_pilot/_sft (the same policy bit for bit), unless that directory
 already holds it (a link to ground_v2/_sft saves the 7 minutes).
 
-ground_v2's first two seeds put the oracle process reward (alpha 1) at +0.036 over GRPO G = 4 on
-the test set and Knapsack with the oracle prior at +0.021, short of issue 32's gates (0.05,
-0.03). Settings tried, each against ground_v2's own variant on the same seeds, on the dev set:
+The first ground (ladder2.py with a learning rate of 1e-4) put the oracle process reward at
++0.043 over GRPO G = 4 on the test set and Knapsack with the oracle prior at +0.010 (5 seeds),
+short of issue 32's gates (0.05, 0.03). Settings tried, each against GRPO G = 4 at the same
+learning rate and seeds, on the dev set:
   oracle_prm_a2, oracle_prm_a4   the oracle's progress weighted by alpha = 2 and 4 (PAV sweeps
                                  alpha; with a perfect prover, a larger weight is more exact
                                  step credit, not more noise).
   oracle_knapsack_nofb           Knapsack without the fallback: the rows the reference's fallback
                                  sends to p = 0 prompts (groups that the oracle prior says cannot
                                  vary) go to the effective prompts by the knapsack instead.
-Results: experiments/README.md, "Proving ground v2" (no setting beat ground_v2's on dev; the
-fallback never acted, so the two Knapsack runs were identical).
+  grpo_g4_s150, oracle_prm_s150  150 RL steps (seed 0 only; the other 150-step runs were
+                                 stopped once the oracle's gain had shrunk on seed 0).
+  *_lr4e5                        a constant learning rate of 4e-5 for GRPO G = 4 and both oracles.
+Results: experiments/README.md, "Proving ground v2". Alpha 2 and 4 did not beat alpha 1; the
+fallback never acted (identical runs); 150 steps narrowed the process reward's gain; 4e-5 widened
+it (+0.079 mean against +0.045 at 1e-4) and left Knapsack's level (+0.014 against +0.008), so
+ladder2.py now has 4e-5.
 """
 
 from __future__ import annotations
