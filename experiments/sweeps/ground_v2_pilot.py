@@ -58,6 +58,12 @@ VARIANTS = {
     "grpo_g4_lr4e5": _at("grpo_g4", 4e-5),
     "oracle_prm_lr4e5": _at("oracle_prm", 4e-5),
     "oracle_knapsack_lr4e5": _at("oracle_knapsack", 4e-5),
+    # Knapsack at 4e-5 with more room to move rows (against grpo_g4_lr4e5, the same 128 rows):
+    # one row, not two, for a prompt the prior calls all-right or all-wrong; and the reference's
+    # 8 rows a prompt on average (16 prompts), with a cap of 32.
+    "oracle_knapsack_min1_lr4e5": _at("oracle_knapsack", 4e-5, **{"rl.allocation.min_n": 1}),
+    "oracle_knapsack_p16_lr4e5": _at("oracle_knapsack", 4e-5, **{
+        "rl.prompts_per_step": 16, "rl.group_size": 8, "rl.max_group_size": 32}),
 }
 
 # 150 RL steps (the top of issue 32's range), seed 0 only: the dev gap of the oracle process
