@@ -19,11 +19,22 @@ and unrolled, each in its own process: compile seconds (with the micro-batch pie
 per-device memory (`memory_analysis`) and the compiling process's peak RSS. The unrolled
 Qwen3-8B compile takes 17-22 minutes and ~21 GB of host memory.
 
+`--device_only` measures what the AOT compile can only estimate, on the machine's own accelerator
+(a GPU, or a TPU host): for each of `--aot_models`, in its own process per layout, `rl_step` on
+real arrays (random weights, random completions) over a mesh of the local devices: compile
+seconds, XLA's `memory_analysis()`, the allocator's peak bytes in use (`memory_stats()`, absent
+on CPU) and the mean step time of `--steps` steps after the first. `--aot_shape` and
+`--aot_minibatches` shrink scale.py's RL step (64x8x1024 in 16 micro-batches) for both the AOT
+and the device runs (`--aot_layers` its depth); the weights are the same random draw in both
+layouts; the micro-batch of 32 rows x 1,280 tokens stays the same at 16x8x1024 in 4.
+
 Prints ONE JSON line: the ratios scanned / unrolled (`first_step_ratio_scanned_vs_unrolled`
 cold, `first_step_ratio_warm_scanned_vs_unrolled`, `steady_step_ratio_scanned_vs_unrolled`,
 `peak_rss_ratio_scanned_vs_unrolled`, the first step's trace / lower / backend ratios, and per AOT
-model `aot_compile_ratio_scanned_vs_unrolled` and `aot_memory_ratio_scanned_vs_unrolled`), then
-the raw runs.
+model `aot_compile_ratio_scanned_vs_unrolled` and `aot_memory_ratio_scanned_vs_unrolled`; with
+`--device_only`, per model `device_step_ratio_scanned_vs_unrolled`,
+`device_peak_memory_ratio_scanned_vs_unrolled`, `device_analysis_memory_ratio_scanned_vs_unrolled`
+and `device_compile_ratio_scanned_vs_unrolled`), then the raw runs.
 """
 
 from __future__ import annotations
@@ -62,14 +73,29 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("--aot_param_dtype", default="bfloat16",
                  help="model.param_dtype of the AOT compiles (master weights stay float32)")
   p.add_argument("--aot_timeout", type=float, default=3600.0, help="seconds per AOT compile")
+  p.add_argument("--aot_shape", default="",
+                 help="BxGxT of the AOT / device rl_step ('' = scale.py's 64x8x1024)")
+  p.add_argument("--aot_minibatches", type=int, default=0,
+                 help="rl.num_minibatches of the AOT / device rl_step (0 = scale.py's 16)")
+  p.add_argument("--aot_layers", type=int, default=0,
+                 help="model.n_layers of the AOT / device rl_step (0 = the preset's)")
+  p.add_argument("--device_only", action="store_true",
+                 help="rl_step of --aot_models run on the local accelerator, both layouts")
+  p.add_argument("--device_worker", default="", help=argparse.SUPPRESS)  # scale.py variant
   p.add_argument("--aot_worker", default="", help=argparse.SUPPRESS)  # scale.py variant
   p.add_argument("--scanned", action="store_true", help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   peers.parse_shape(args.shape)
   if args.steps < 1 or args.threads < 1:
     p.error("--steps and --threads must be >= 1")
-  if args.quick and args.aot_only:
-    p.error("--quick (no AOT) and --aot_only (only AOT) exclude each other")
+  if sum((args.quick, args.aot_only, args.device_only)) > 1:
+    p.error("--quick, --aot_only and --device_only exclude each other")
+  if args.aot_shape:
+    peers.parse_shape(args.aot_shape)
+  if args.aot_layers < 0:
+    p.error(f"--aot_layers={args.aot_layers}: expected >= 0 (0 = the preset's)")
+  if args.aot_minibatches < 0:
+    p.error(f"--aot_minibatches={args.aot_minibatches}: expected >= 0 (0 = scale.py's)")
   args.aot_models = [m.strip() for m in args.aot_models.split(",") if m.strip()]
   # What `peers.worker_cmd` reads.
   args.python = sys.executable
@@ -144,8 +170,31 @@ def smollm2_steps(args: argparse.Namespace) -> dict[str, Any]:
 def _aot_cmd(args: argparse.Namespace, model: str, layout: str) -> list[str]:
   return [sys.executable, "-m", "benchmarks.scan_layers", "--aot_worker", model,
           "--aot_topology", args.aot_topology, "--aot_remat", args.aot_remat,
-          "--aot_param_dtype", args.aot_param_dtype] + (
+          "--aot_param_dtype", args.aot_param_dtype] + _shape_flags(args) + (
               ["--scanned"] if layout == "scanned" else [])
+
+
+def _shape_flags(args: argparse.Namespace) -> list[str]:
+  return ([f"--aot_shape={args.aot_shape}"] if args.aot_shape else []) + (
+      [f"--aot_minibatches={args.aot_minibatches}"] if args.aot_minibatches else []) + (
+      [f"--aot_layers={args.aot_layers}"] if args.aot_layers else [])
+
+
+def _scale_config(args: argparse.Namespace, model: str):
+  """scale.py:<model> with the layout, remat, compute dtype and the RL step's shape of `args`."""
+  from experiments.configs import scale  # pylint: disable=g-import-not-at-top
+  config = scale.get_config(model)
+  config.model.scan_layers = bool(args.scanned)
+  config.model.remat = args.aot_remat
+  config.model.param_dtype = args.aot_param_dtype
+  if args.aot_shape:
+    b, g, t = peers.parse_shape(args.aot_shape)
+    config.rl.prompts_per_step, config.rl.group_size, config.sampling.max_new_tokens = b, g, t
+  if args.aot_minibatches:
+    config.rl.num_minibatches = args.aot_minibatches
+  if args.aot_layers:
+    config.model.n_layers = args.aot_layers
+  return config
 
 
 def _run_aot(args: argparse.Namespace, model: str, layout: str) -> dict[str, Any]:
@@ -155,15 +204,11 @@ def _run_aot(args: argparse.Namespace, model: str, layout: str) -> dict[str, Any
 
 def aot_worker(args: argparse.Namespace) -> None:
   """In its own process: `rl_step` of scale.py:<args.aot_worker> compiled for the topology."""
-  from experiments.configs import scale  # pylint: disable=g-import-not-at-top
   from rl_jax import compile_cache  # pylint: disable=g-import-not-at-top
   from rl_jax.tools import aot  # pylint: disable=g-import-not-at-top
   from benchmarks import _peer_common  # pylint: disable=g-import-not-at-top
 
-  config = scale.get_config(args.aot_worker)
-  config.model.scan_layers = bool(args.scanned)
-  config.model.remat = args.aot_remat
-  config.model.param_dtype = args.aot_param_dtype
+  config = _scale_config(args, args.aot_worker)
   with compile_cache.CompileStats() as stats:
     lines = {line["phase"]: line for line in aot.compile_phases(config, args.aot_topology,
                                                                 ["rl_step"])}
@@ -196,11 +241,130 @@ def aot_compiles(args: argparse.Namespace) -> dict[str, Any]:
   }
 
 
+def _rollout_arrays(abstract, vocab: int, group: int, seed: int = 0):
+  """Random completions with the shapes and shardings of `abstract` (a Rollout of SDS)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(seed)
+  rows = abstract.tokens.shape[0]
+  host = {
+      "prompt_tokens": rng.integers(3, vocab, abstract.prompt_tokens.shape, dtype=np.int32),
+      "prompt_mask": np.ones(abstract.prompt_mask.shape, bool),
+      "tokens": rng.integers(3, vocab, abstract.tokens.shape, dtype=np.int32),
+      "mask": np.ones(abstract.mask.shape, bool),
+      "logp": np.full(abstract.logp.shape, -2.0, np.float32),
+      "group": (np.arange(rows) // group).astype(np.int32),
+      "valid": np.ones((rows,), bool),
+  }
+  return abstract.replace(**{k: jax.device_put(v, getattr(abstract, k).sharding)
+                             for k, v in host.items()})
+
+
+def device_worker(args: argparse.Namespace) -> None:
+  """In its own process: `rl_step` of scale.py:<args.device_worker> on the local devices."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import functools  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from benchmarks import _peer_common  # pylint: disable=g-import-not-at-top
+  from rl_jax import compile_cache, models, parallel  # pylint: disable=g-import-not-at-top
+  from rl_jax.tools import aot  # pylint: disable=g-import-not-at-top
+  from rl_jax.train_state import TrainState  # pylint: disable=g-import-not-at-top
+
+  config = _scale_config(args, args.device_worker)
+  mesh = parallel.make_mesh(tuple(config.mesh.shape))
+  device = mesh.devices.flat[0]
+  with jax.set_mesh(mesh):
+    builder = aot._Builder(config, mesh)  # pylint: disable=protected-access
+    phase = builder.rl_step()
+    state_sds, master_sds, rollout_sds, rewards_sds = phase.args
+    sharding = lambda tree: jax.tree_util.tree_map(lambda a: a.sharding, tree)  # noqa: E731
+    # The same random weights in both layouts: drawn unrolled, then stacked for the scanned run.
+    unrolled = dataclasses.replace(builder.cfg, param_dtype=config.train.master_dtype,
+                                   scan_layers=False)
+    init = lambda key: models.to_layout(models.init_params(unrolled, key),  # noqa: E731
+                                        builder.cfg.scan_layers)
+    master = jax.jit(init, out_shardings=sharding(master_sds))(jax.random.key(0))
+    state = jax.jit(functools.partial(TrainState.create, tx=state_sds.tx),
+                    out_shardings=sharding(state_sds))(master)
+    rollout = _rollout_arrays(rollout_sds, builder.cfg.vocab_size, config.rl.group_size)
+    rewards = jax.device_put(
+        np.random.default_rng(1).integers(0, 2, rewards_sds.shape).astype(np.float32),
+        rewards_sds.sharding)
+    start = time.perf_counter()
+    with compile_cache.CompileStats() as stats:
+      compiled = phase.fn.trace(state, master, rollout, rewards).lower().compile()
+    compile_s = time.perf_counter() - start
+    mem = compiled.memory_analysis()
+    before = device.memory_stats() or {}
+    times = []
+    for _ in range(args.steps + 1):
+      start = time.perf_counter()
+      state, metrics = compiled(state, master, rollout, rewards)
+      jax.block_until_ready((state, metrics))
+      times.append(time.perf_counter() - start)
+    after = device.memory_stats() or {}
+  analysis = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
+              + mem.temp_size_in_bytes + mem.generated_code_size_in_bytes)
+  loss = float(np.asarray(jax.device_get(metrics.get("loss", np.nan))))
+  result = dict(
+      model=args.device_worker, scan_layers=bool(args.scanned), remat=args.aot_remat,
+      param_dtype=args.aot_param_dtype, device=device.device_kind, devices=int(mesh.devices.size),
+      prompts=config.rl.prompts_per_step, group=config.rl.group_size,
+      new_tokens=config.sampling.max_new_tokens, num_minibatches=config.rl.num_minibatches,
+      compile_seconds=round(compile_s, 2), compile_stats=stats.as_dict(),
+      analysis_total_bytes=int(analysis), temp_bytes=int(mem.temp_size_in_bytes),
+      argument_bytes=int(mem.argument_size_in_bytes),
+      bytes_in_use_before=before.get("bytes_in_use"),
+      peak_bytes_in_use=after.get("peak_bytes_in_use"),
+      first_step_s=round(times[0], 4), step_s=round(sum(times[1:]) / args.steps, 4),
+      step_s_all=[round(t, 4) for t in times], loss=loss,
+      peak_rss_bytes=_peer_common.peak_rss_bytes())
+  print(peers.RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def _device_cmd(args: argparse.Namespace, model: str, layout: str) -> list[str]:
+  return [sys.executable, "-m", "benchmarks.scan_layers", "--device_worker", model,
+          f"--steps={args.steps}", "--aot_remat", args.aot_remat,
+          "--aot_param_dtype", args.aot_param_dtype] + _shape_flags(args) + (
+              ["--scanned"] if layout == "scanned" else [])
+
+
+def device_runs(args: argparse.Namespace) -> dict[str, Any]:
+  """Per model: both layouts' rl_step on the local accelerator and their ratios."""
+  env = dict(os.environ, PYTHONPATH=peers.REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  runs = {m: {layout: peers.run_subprocess(_device_cmd(args, m, layout), env, args.aot_timeout)
+              for layout in LAYOUTS} for m in args.aot_models}
+
+  def ratios(key):
+    return {m: peers.ratio(_figure(r["scanned"], key), _figure(r["unrolled"], key))
+            for m, r in runs.items()}
+
+  return {
+      "device_step_ratio_scanned_vs_unrolled": ratios("step_s"),
+      "device_peak_memory_ratio_scanned_vs_unrolled": ratios("peak_bytes_in_use"),
+      "device_analysis_memory_ratio_scanned_vs_unrolled": ratios("analysis_total_bytes"),
+      "device_compile_ratio_scanned_vs_unrolled": ratios("compile_seconds"),
+      "device_runs": runs,
+  }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-  mode = "quick" if args.quick else "aot_only" if args.aot_only else "full"
+  mode = ("quick" if args.quick else "aot_only" if args.aot_only
+          else "device_only" if args.device_only else "full")
   out: dict[str, Any] = {"benchmark": "scan_layers", "mode": mode,
                          "model_dir": args.model_dir, "shape": args.shape, "steps": args.steps,
                          "threads": args.threads}
+  if args.device_only:
+    out.update(device_runs(args))
+    out.update(aot_shape=args.aot_shape or "64x8x1024", aot_remat=args.aot_remat,
+               aot_param_dtype=args.aot_param_dtype,
+               aot_minibatches=args.aot_minibatches or None)
+    return out
   if args.aot_only:
     pass
   elif not os.path.isfile(os.path.join(args.model_dir, "config.json")):
@@ -211,7 +375,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
   if not args.quick:
     out.update(aot_compiles(args))
     out.update(aot_topology=args.aot_topology, aot_remat=args.aot_remat,
-               aot_param_dtype=args.aot_param_dtype)
+               aot_param_dtype=args.aot_param_dtype, aot_shape=args.aot_shape or "64x8x1024",
+               aot_minibatches=args.aot_minibatches or None)
   return out
 
 
@@ -219,6 +384,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
   args = parse_args(argv)
   if args.aot_worker:
     aot_worker(args)
+    return None
+  if args.device_worker:
+    device_worker(args)
     return None
   out = run(args)
   print(json.dumps(out))

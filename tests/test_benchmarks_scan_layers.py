@@ -59,3 +59,49 @@ def test_scan_layers_benchmark_tiny(tiny_dir, capsys, monkeypatch):
   aot = out["aot_runs"]["tiny"]
   assert aot["scanned"]["scan_layers"] and not aot["unrolled"]["scan_layers"]
   assert aot["scanned"]["fits"] and aot["scanned"]["per_device_total_bytes"] > 0
+
+
+def test_parse_args_shape_flags():
+  args = bench.parse_args(["--device_only", "--aot_shape=16x8x1024", "--aot_minibatches=4"])
+  assert args.device_only and args.aot_shape == "16x8x1024" and args.aot_minibatches == 4
+  assert bench._shape_flags(args) == ["--aot_shape=16x8x1024", "--aot_minibatches=4"]
+  assert bench._shape_flags(bench.parse_args([])) == []
+  for bad in (["--aot_shape=16x8"], ["--aot_minibatches=-1"], ["--aot_layers=-2"],
+              ["--device_only", "--quick"]):
+    with pytest.raises((SystemExit, ValueError)):
+      bench.parse_args(bad)
+
+
+def test_scale_config_takes_the_shape():
+  args = bench.parse_args(["--aot_shape=16x8x512", "--aot_minibatches=4", "--aot_remat=none",
+                           "--aot_layers=3"])
+  args.scanned = True
+  config = bench._scale_config(args, "qwen3-1.7b")
+  assert (config.rl.prompts_per_step, config.rl.group_size, config.sampling.max_new_tokens,
+          config.rl.num_minibatches) == (16, 8, 512, 4)
+  assert config.model.scan_layers and config.model.remat == "none"
+  assert config.model.n_layers == 3
+  default = bench._scale_config(bench.parse_args([]), "qwen3-1.7b")
+  assert (default.rl.prompts_per_step, default.rl.num_minibatches) == (64, 16)
+
+
+def test_device_only_tiny(capsys):
+  # rl_step of scale.py:tiny on the local devices (here the CPU), both layouts, real arrays.
+  out = bench.main(["--device_only", "--aot_models=tiny", "--steps=1", "--aot_shape=4x4x8",
+                    "--aot_minibatches=2", "--aot_param_dtype=float32", "--aot_layers=2"])
+  printed = capsys.readouterr().out.strip().splitlines()
+  assert len(printed) == 1 and json.loads(printed[0]) == out
+  runs = out["device_runs"]["tiny"]
+  for layout in bench.LAYOUTS:
+    run = runs[layout]
+    assert "error" not in run, run
+    assert run["scan_layers"] == (layout == "scanned")
+    assert (run["prompts"], run["group"], run["new_tokens"], run["num_minibatches"]) == (
+        4, 4, 8, 2)
+    assert run["compile_seconds"] > 0 and run["step_s"] > 0 and len(run["step_s_all"]) == 2
+    assert run["analysis_total_bytes"] > run["argument_bytes"] > 0
+  # The same random weights (2 layers, stacked for the scan) and completions: the same loss.
+  assert abs(runs["scanned"]["loss"] - runs["unrolled"]["loss"]) <= 1e-5 * abs(
+      runs["unrolled"]["loss"])
+  assert out["device_step_ratio_scanned_vs_unrolled"]["tiny"] > 0
+  assert out["device_analysis_memory_ratio_scanned_vs_unrolled"]["tiny"] > 0
