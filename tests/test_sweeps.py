@@ -78,20 +78,30 @@ def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
 
 
 def test_ground_v2_pilot_changes_one_setting_of_an_oracle():
-  """Each pilot variant is its ground_v2 variant (an oracle or GRPO G=4) at a pinned learning
-  rate (the first ground's 1e-4, or 4e-5) with one setting changed, at G=4's rows."""
+  """Each pilot variant is its ground_v2 variant (an oracle or GRPO G=4; Knapsack with the min_n
+  of 2 it started from) at a pinned learning rate (the first ground's 1e-4, or 4e-5) with one
+  setting changed (p16: the budget's shape), at G=4's rows."""
   runs = ground_v2_pilot.get_sweep()
   assert {r["seed"] for r in runs} == {0, 1}
+  bases = dict(ground_v2.VARIANTS, oracle_knapsack=ground_v2_pilot._KNAPSACK_MIN2,
+               grpo_p16=ground_v2.VARIANTS["grpo_g4"])
+  assert bases["oracle_knapsack"]["rl.allocation.min_n"] == 2
+  assert ground_v2.VARIANTS["oracle_knapsack"]["rl.allocation.min_n"] == 1  # the pilot's choice
+  shape = {"rl.prompts_per_step", "rl.group_size", "rl.max_group_size"}
   for run in runs:
     variant = run["name"].rsplit("_seed", 1)[0]
-    base = ground_v2.VARIANTS[next(b for b in ("oracle_prm", "oracle_knapsack", "grpo_g4")
-                                   if variant.startswith(b))]
+    base = bases[next(b for b in ("oracle_prm", "oracle_knapsack", "grpo_g4", "grpo_p16")
+                      if variant.startswith(b))]
     lr = run["rl.optim.lr"]
     assert lr in (ground_v2_pilot.FIRST_LR, 4e-5), variant
     changed = {k for k in set(run) | set(base) if k not in ("name", "seed", "rl.optim.lr")
                and run.get(k) != base.get(k)}
-    if variant.startswith("oracle_knapsack_p16"):  # One setting: the budget's shape.
-      assert changed == {"rl.prompts_per_step", "rl.group_size", "rl.max_group_size"}
+    if variant == "oracle_knapsack_p16_min1_lr4e5":
+      assert changed == shape | {"rl.allocation.min_n"}
+    elif variant.startswith("oracle_knapsack_p16"):  # One setting: the budget's shape.
+      assert changed == shape
+    elif variant.startswith("grpo_p16"):  # p16's control: the same shape, uniform groups.
+      assert changed == {"rl.prompts_per_step", "rl.group_size"}
     else:
       assert len(changed) == (0 if variant.endswith("_lr4e5") and variant.count("_") == 2
                               else 1), (variant, changed)

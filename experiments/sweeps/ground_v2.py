@@ -20,9 +20,12 @@ Variants (every one 100 RL steps of 32 prompts; the tables read the test set):
   grpo_g16         GRPO, G = 16: four times.
   oracle_prm       PAV with a perfect prover at G = 4: the step checker's labels as progress
                    (`rl.process_reward=oracle`), alpha = 1 (the PAV sweep's setting).
-  oracle_knapsack  Knapsack RL at G = 4's budget (128 rows, 2 to 16 a prompt) with the oracle
+  oracle_knapsack  Knapsack RL at G = 4's budget (128 rows, 1 to 16 a prompt) with the oracle
                    prior: each prompt's success rate under the current policy from 16 Monte
-                   Carlo samples (`oracle/mc_tokens`, not rollout tokens).
+                   Carlo samples (`oracle/mc_tokens`, not rollout tokens). min_n = 1 (one row,
+                   not the reference's two, for a prompt the prior calls all-right or
+                   all-wrong) was chosen on the dev set (ground_v2_pilot.py); the first sweep's
+                   min_n = 2 runs are kept in runs/sweeps/ground_v2_knapsack_min2.
   oracle_treepo    TreePO at G = 4 with segments cut at the scratchpad's newlines
                    (`rl.treepo.segment=newline`): forks at step boundaries.
 """
@@ -49,7 +52,7 @@ VARIANTS = {
     "grpo_g16": {"rl.group_size": 16},
     "oracle_prm": {"rl.process_reward": "oracle", "rl.process.alpha": 1.0},
     "oracle_knapsack": {"rl.max_group_size": 16, "rl.allocator": "knapsack",
-                        "rl.allocator_prior": "oracle", "rl.allocation.min_n": 2},
+                        "rl.allocator_prior": "oracle", "rl.allocation.min_n": 1},
     "oracle_treepo": {"rl.rollout": "treepo", "rl.treepo.segment": "newline"},
 }
 

@@ -29,10 +29,17 @@ learning rate and seeds, on the dev set:
   grpo_g4_s150, oracle_prm_s150  150 RL steps (seed 0 only; the other 150-step runs were
                                  stopped once the oracle's gain had shrunk on seed 0).
   *_lr4e5                        a constant learning rate of 4e-5 for GRPO G = 4 and both oracles.
+  oracle_knapsack_min1_lr4e5     Knapsack at 4e-5 with min_n = 1: one row, not two, for a prompt
+                                 the oracle prior calls all-right or all-wrong.
+  oracle_knapsack_p16_lr4e5      16 prompts x 8 rows on average (cap 32): the reference's shape.
+  oracle_knapsack_p16_min1_lr4e5 both.
+  grpo_p16_g8_lr4e5              p16's control: 16 prompts x 8 rows, uniform.
 Results: experiments/README.md, "Proving ground v2". Alpha 2 and 4 did not beat alpha 1; the
 fallback never acted (identical runs); 150 steps narrowed the process reward's gain; 4e-5 widened
 it (+0.079 mean against +0.045 at 1e-4) and left Knapsack's level (+0.014 against +0.008), so
-ladder2.py now has 4e-5.
+ladder2.py now has 4e-5. At 4e-5 Knapsack gained most with min_n = 1 (+0.027 on dev, +0.026 and
++0.028 on the two seeds; p16 +0.025, p16 with min_n = 1 +0.015, p16's uniform control +0.010), so
+ground_v2's oracle_knapsack now has min_n = 1.
 """
 
 from __future__ import annotations
@@ -45,8 +52,13 @@ SEEDS = (0, 1)
 FIRST_LR = 1e-4
 
 
+# Knapsack's settings as the pilot tried them (ground_v2 now has min_n = 1, the pilot's choice).
+_KNAPSACK_MIN2 = dict(ground_v2.VARIANTS["oracle_knapsack"], **{"rl.allocation.min_n": 2})
+
+
 def _at(base: str, lr: float, **change) -> dict:
-  return dict(ground_v2.VARIANTS[base], **{"rl.optim.lr": lr}, **change)
+  variants = dict(ground_v2.VARIANTS, oracle_knapsack=_KNAPSACK_MIN2)
+  return dict(variants[base], **{"rl.optim.lr": lr}, **change)
 
 
 VARIANTS = {
@@ -64,6 +76,13 @@ VARIANTS = {
     "oracle_knapsack_min1_lr4e5": _at("oracle_knapsack", 4e-5, **{"rl.allocation.min_n": 1}),
     "oracle_knapsack_p16_lr4e5": _at("oracle_knapsack", 4e-5, **{
         "rl.prompts_per_step": 16, "rl.group_size": 8, "rl.max_group_size": 32}),
+    "oracle_knapsack_p16_min1_lr4e5": _at("oracle_knapsack", 4e-5, **{
+        "rl.prompts_per_step": 16, "rl.group_size": 8, "rl.max_group_size": 32,
+        "rl.allocation.min_n": 1}),
+    # The control of p16: the same 16 prompts x 8 rows, uniform (GRPO G = 8 at G = 4's rows),
+    # so that what p16 gains over G = 4 splits into fewer, larger groups and the allocation.
+    "grpo_p16_g8_lr4e5": _at("grpo_g4", 4e-5, **{"rl.prompts_per_step": 16,
+                                                  "rl.group_size": 8}),
 }
 
 # 150 RL steps (the top of issue 32's range), seed 0 only: the dev gap of the oracle process
