@@ -98,6 +98,8 @@ def test_ground_v2_pilot_changes_one_setting_of_an_oracle():
                and run.get(k) != base.get(k)}
     if variant == "oracle_knapsack_p16_min1_lr4e5":
       assert changed == shape | {"rl.allocation.min_n"}
+    elif variant == "oracle_knapsack_min1_mc64_lr4e5":  # min_n = 1 (ground_v2's) + the oracle's
+      assert changed == {"rl.allocation.min_n", "value.oracle.mc_samples"}
     elif variant.startswith("oracle_knapsack_p16"):  # One setting: the budget's shape.
       assert changed == shape
     elif variant.startswith("grpo_p16"):  # p16's control: the same shape, uniform groups.

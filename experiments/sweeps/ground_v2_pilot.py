@@ -33,6 +33,7 @@ learning rate and seeds, on the dev set:
                                  the oracle prior calls all-right or all-wrong.
   oracle_knapsack_p16_lr4e5      16 prompts x 8 rows on average (cap 32): the reference's shape.
   oracle_knapsack_p16_min1_lr4e5 both.
+  oracle_knapsack_min1_mc64_lr4e5  min_n = 1 with 64 Monte Carlo samples a prompt for the prior.
   grpo_p16_g8_lr4e5              p16's control: 16 prompts x 8 rows, uniform.
 Results: experiments/README.md, "Proving ground v2". Alpha 2 and 4 did not beat alpha 1; the
 fallback never acted (identical runs); 150 steps narrowed the process reward's gain; 4e-5 widened
@@ -79,6 +80,10 @@ VARIANTS = {
     "oracle_knapsack_p16_min1_lr4e5": _at("oracle_knapsack", 4e-5, **{
         "rl.prompts_per_step": 16, "rl.group_size": 8, "rl.max_group_size": 32,
         "rl.allocation.min_n": 1}),
+    # min_n = 1 (ground_v2's setting) with a sharper oracle: 64 Monte Carlo samples a prompt,
+    # not 16, so that a hard prompt's small rate is not read as 0.
+    "oracle_knapsack_min1_mc64_lr4e5": _at("oracle_knapsack", 4e-5, **{
+        "rl.allocation.min_n": 1, "value.oracle.mc_samples": 64}),
     # The control of p16: the same 16 prompts x 8 rows, uniform (GRPO G = 8 at G = 4's rows),
     # so that what p16 gains over G = 4 splits into fewer, larger groups and the allocation.
     "grpo_p16_g8_lr4e5": _at("grpo_g4", 4e-5, **{"rl.prompts_per_step": 16,
