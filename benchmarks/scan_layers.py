@@ -85,13 +85,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("--aot_worker", default="", help=argparse.SUPPRESS)  # scale.py variant
   p.add_argument("--scanned", action="store_true", help=argparse.SUPPRESS)
   args = p.parse_args(argv)
-  peers.parse_shape(args.shape)
+  for flag in ("shape", "aot_shape"):
+    if getattr(args, flag):
+      try:
+        peers.parse_shape(getattr(args, flag))
+      except ValueError as e:
+        p.error(f"--{flag}: {e}")
   if args.steps < 1 or args.threads < 1:
     p.error("--steps and --threads must be >= 1")
   if sum((args.quick, args.aot_only, args.device_only)) > 1:
     p.error("--quick, --aot_only and --device_only exclude each other")
-  if args.aot_shape:
-    peers.parse_shape(args.aot_shape)
   if args.aot_layers < 0:
     p.error(f"--aot_layers={args.aot_layers}: expected >= 0 (0 = the preset's)")
   if args.aot_minibatches < 0:

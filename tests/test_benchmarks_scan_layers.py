@@ -61,6 +61,14 @@ def test_scan_layers_benchmark_tiny(tiny_dir, capsys, monkeypatch):
   assert aot["scanned"]["fits"] and aot["scanned"]["per_device_total_bytes"] > 0
 
 
+def test_bad_shape_is_a_one_line_usage_error(capsys):
+  with pytest.raises(SystemExit):
+    bench.parse_args(["--aot_shape=16x8"])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err[-1].endswith(" error: --aot_shape: shape '16x8' is not BxGxT (e.g. 8x4x32)")
+  assert not any("Traceback" in line for line in err)
+
+
 def test_parse_args_shape_flags():
   args = bench.parse_args(["--device_only", "--aot_shape=16x8x1024", "--aot_minibatches=4"])
   assert args.device_only and args.aot_shape == "16x8x1024" and args.aot_minibatches == 4
