@@ -170,11 +170,27 @@ def smollm2_steps(args: argparse.Namespace) -> dict[str, Any]:
   return out
 
 
-def _aot_cmd(args: argparse.Namespace, model: str, layout: str) -> list[str]:
-  return [sys.executable, "-m", "benchmarks.scan_layers", "--aot_worker", model,
-          "--aot_topology", args.aot_topology, "--aot_remat", args.aot_remat,
-          "--aot_param_dtype", args.aot_param_dtype] + _shape_flags(args) + (
-              ["--scanned"] if layout == "scanned" else [])
+def _run_worker(args: argparse.Namespace, role: str, model: str, layout: str,
+                *extra: str) -> dict[str, Any]:
+  """One `--aot_worker` / `--device_worker` process of scale.py:<model> in `layout`."""
+  cmd = [sys.executable, "-m", "benchmarks.scan_layers", f"--{role}", model, *extra,
+         "--aot_remat", args.aot_remat, "--aot_param_dtype", args.aot_param_dtype]
+  cmd += _shape_flags(args) + (["--scanned"] if layout == "scanned" else [])
+  env = dict(os.environ, PYTHONPATH=peers.REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  return peers.run_subprocess(cmd, env, args.aot_timeout)
+
+
+def _layout_ratios(runs: dict[str, dict[str, Any]], key: str) -> dict[str, Optional[float]]:
+  """Per model: scanned / unrolled of `key`."""
+  return {m: peers.ratio(_figure(r["scanned"], key), _figure(r["unrolled"], key))
+          for m, r in runs.items()}
+
+
+def _step_settings(args: argparse.Namespace) -> dict[str, Any]:
+  """The RL step the AOT and device runs measured (None: scale.py's or the preset's)."""
+  return dict(aot_shape=args.aot_shape or "64x8x1024", aot_remat=args.aot_remat,
+              aot_param_dtype=args.aot_param_dtype, aot_minibatches=args.aot_minibatches or None,
+              aot_layers=args.aot_layers or None)
 
 
 def _shape_flags(args: argparse.Namespace) -> list[str]:
@@ -200,11 +216,6 @@ def _scale_config(args: argparse.Namespace, model: str):
   return config
 
 
-def _run_aot(args: argparse.Namespace, model: str, layout: str) -> dict[str, Any]:
-  env = dict(os.environ, PYTHONPATH=peers.REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  return peers.run_subprocess(_aot_cmd(args, model, layout), env, args.aot_timeout)
-
-
 def aot_worker(args: argparse.Namespace) -> None:
   """In its own process: `rl_step` of scale.py:<args.aot_worker> compiled for the topology."""
   from rl_jax import compile_cache  # pylint: disable=g-import-not-at-top
@@ -228,18 +239,13 @@ def aot_worker(args: argparse.Namespace) -> None:
 
 def aot_compiles(args: argparse.Namespace) -> dict[str, Any]:
   """Per model: both layouts' rl_step compile and their ratios."""
-  runs = {m: {layout: _run_aot(args, m, layout) for layout in LAYOUTS} for m in args.aot_models}
+  runs = {m: {layout: _run_worker(args, "aot_worker", m, layout,
+                                   "--aot_topology", args.aot_topology)
+              for layout in LAYOUTS} for m in args.aot_models}
   return {
-      "aot_compile_ratio_scanned_vs_unrolled": {
-          m: peers.ratio(_figure(r["scanned"], "compile_seconds"),
-                         _figure(r["unrolled"], "compile_seconds")) for m, r in runs.items()},
-      "aot_memory_ratio_scanned_vs_unrolled": {
-          m: peers.ratio(_figure(r["scanned"], "per_device_total_bytes"),
-                         _figure(r["unrolled"], "per_device_total_bytes"))
-          for m, r in runs.items()},
-      "aot_host_rss_ratio_scanned_vs_unrolled": {
-          m: peers.ratio(_figure(r["scanned"], "peak_rss_bytes"),
-                         _figure(r["unrolled"], "peak_rss_bytes")) for m, r in runs.items()},
+      "aot_compile_ratio_scanned_vs_unrolled": _layout_ratios(runs, "compile_seconds"),
+      "aot_memory_ratio_scanned_vs_unrolled": _layout_ratios(runs, "per_device_total_bytes"),
+      "aot_host_rss_ratio_scanned_vs_unrolled": _layout_ratios(runs, "peak_rss_bytes"),
       "aot_runs": runs,
   }
 
@@ -274,7 +280,7 @@ def device_worker(args: argparse.Namespace) -> None:
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from benchmarks import _peer_common  # pylint: disable=g-import-not-at-top
-  from rl_jax import compile_cache, models, parallel  # pylint: disable=g-import-not-at-top
+  from rl_jax import chips, compile_cache, models, parallel  # pylint: disable=g-import-not-at-top
   from rl_jax.tools import aot  # pylint: disable=g-import-not-at-top
   from rl_jax.train_state import TrainState  # pylint: disable=g-import-not-at-top
 
@@ -311,8 +317,7 @@ def device_worker(args: argparse.Namespace) -> None:
       jax.block_until_ready((state, metrics))
       times.append(time.perf_counter() - start)
     after = device.memory_stats() or {}
-  analysis = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
-              + mem.temp_size_in_bytes + mem.generated_code_size_in_bytes)
+  analysis = chips.per_device_bytes(mem)
   loss = float(np.asarray(jax.device_get(metrics.get("loss", np.nan))))
   result = dict(
       model=args.device_worker, scan_layers=bool(args.scanned), remat=args.aot_remat,
@@ -330,28 +335,16 @@ def device_worker(args: argparse.Namespace) -> None:
   print(peers.RESULT_PREFIX + json.dumps(result), flush=True)
 
 
-def _device_cmd(args: argparse.Namespace, model: str, layout: str) -> list[str]:
-  return [sys.executable, "-m", "benchmarks.scan_layers", "--device_worker", model,
-          f"--steps={args.steps}", "--aot_remat", args.aot_remat,
-          "--aot_param_dtype", args.aot_param_dtype] + _shape_flags(args) + (
-              ["--scanned"] if layout == "scanned" else [])
-
-
 def device_runs(args: argparse.Namespace) -> dict[str, Any]:
   """Per model: both layouts' rl_step on the local accelerator and their ratios."""
-  env = dict(os.environ, PYTHONPATH=peers.REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  runs = {m: {layout: peers.run_subprocess(_device_cmd(args, m, layout), env, args.aot_timeout)
+  runs = {m: {layout: _run_worker(args, "device_worker", m, layout, f"--steps={args.steps}")
               for layout in LAYOUTS} for m in args.aot_models}
-
-  def ratios(key):
-    return {m: peers.ratio(_figure(r["scanned"], key), _figure(r["unrolled"], key))
-            for m, r in runs.items()}
-
   return {
-      "device_step_ratio_scanned_vs_unrolled": ratios("step_s"),
-      "device_peak_memory_ratio_scanned_vs_unrolled": ratios("peak_bytes_in_use"),
-      "device_analysis_memory_ratio_scanned_vs_unrolled": ratios("analysis_total_bytes"),
-      "device_compile_ratio_scanned_vs_unrolled": ratios("compile_seconds"),
+      "device_step_ratio_scanned_vs_unrolled": _layout_ratios(runs, "step_s"),
+      "device_peak_memory_ratio_scanned_vs_unrolled": _layout_ratios(runs, "peak_bytes_in_use"),
+      "device_analysis_memory_ratio_scanned_vs_unrolled": _layout_ratios(
+          runs, "analysis_total_bytes"),
+      "device_compile_ratio_scanned_vs_unrolled": _layout_ratios(runs, "compile_seconds"),
       "device_runs": runs,
   }
 
@@ -363,10 +356,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          "model_dir": args.model_dir, "shape": args.shape, "steps": args.steps,
                          "threads": args.threads}
   if args.device_only:
-    out.update(device_runs(args))
-    out.update(aot_shape=args.aot_shape or "64x8x1024", aot_remat=args.aot_remat,
-               aot_param_dtype=args.aot_param_dtype,
-               aot_minibatches=args.aot_minibatches or None)
+    out.update(device_runs(args), **_step_settings(args))
     return out
   if args.aot_only:
     pass
@@ -376,10 +366,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
   else:
     out.update(smollm2_steps(args))
   if not args.quick:
-    out.update(aot_compiles(args))
-    out.update(aot_topology=args.aot_topology, aot_remat=args.aot_remat,
-               aot_param_dtype=args.aot_param_dtype, aot_shape=args.aot_shape or "64x8x1024",
-               aot_minibatches=args.aot_minibatches or None)
+    out.update(aot_compiles(args), aot_topology=args.aot_topology, **_step_settings(args))
   return out
 
 

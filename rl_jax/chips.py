@@ -62,6 +62,13 @@ CHIPS: dict[str, Chip] = {
 }
 
 
+def per_device_bytes(mem: Any) -> int:
+  """What a compiled program holds on one device, from its `memory_analysis()`: arguments,
+  outputs not aliased to arguments, temporaries and code (compare with `Chip.hbm_bytes`)."""
+  return int(mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
+             + mem.temp_size_in_bytes + mem.generated_code_size_in_bytes)
+
+
 def chip_of_topology(topology: str) -> Chip:
   """The chip of a topology name such as 'v5e:2x4' (its part before ':')."""
   name = topology.split(":")[0].lower()

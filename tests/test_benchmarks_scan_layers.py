@@ -111,5 +111,6 @@ def test_device_only_tiny(capsys):
   # The same random weights (2 layers, stacked for the scan) and completions: the same loss.
   assert abs(runs["scanned"]["loss"] - runs["unrolled"]["loss"]) <= 1e-5 * abs(
       runs["unrolled"]["loss"])
+  assert (out["aot_shape"], out["aot_minibatches"], out["aot_layers"]) == ("4x4x8", 2, 2)
   assert out["device_step_ratio_scanned_vs_unrolled"]["tiny"] > 0
   assert out["device_analysis_memory_ratio_scanned_vs_unrolled"]["tiny"] > 0

@@ -337,8 +337,7 @@ def compile_phase(name: str, phase: _Phase, chip: chips.Chip) -> dict:
     f, b = _cost(_compile(fn, args))
     flops += extra * f
     hbm += extra * b
-  total = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
-           + mem.temp_size_in_bytes + mem.generated_code_size_in_bytes)
+  total = chips.per_device_bytes(mem)
   return {
       "phase": name,
       "fits": total <= chip.hbm_bytes,
