@@ -56,11 +56,11 @@ FIRST_LR = 1e-4
 
 # Knapsack's settings as the pilot tried them (ground_v2 now has min_n = 1, the pilot's choice).
 _KNAPSACK_MIN2 = dict(ground_v2.VARIANTS["oracle_knapsack"], **{"rl.allocation.min_n": 2})
+_BASES = dict(ground_v2.VARIANTS, oracle_knapsack=_KNAPSACK_MIN2)
 
 
 def _at(base: str, lr: float, **change) -> dict:
-  variants = dict(ground_v2.VARIANTS, oracle_knapsack=_KNAPSACK_MIN2)
-  return dict(variants[base], **{"rl.optim.lr": lr}, **change)
+  return dict(_BASES[base], **{"rl.optim.lr": lr}, **change)
 
 
 VARIANTS = {
