@@ -16,7 +16,8 @@ experiments/configs/scale.py, with `--aot_remat` and `--aot_param_dtype`; the de
 remat and bfloat16 compute weights on v5p:2x2x1, are the README's Qwen3-8B rows that fit),
 `experiments.aot`'s compile of `rl_step` for the TPU `--aot_topology` (libtpu, no TPU), scanned
 and unrolled, each in its own process: compile seconds (with the micro-batch piece's compile),
-per-device memory (`memory_analysis`) and the compiling process's peak RSS. The unrolled
+per-device memory (`memory_analysis`: the total it allocates and XLA's peak of live bytes) and the
+compiling process's peak RSS. The unrolled
 Qwen3-8B compile takes 17-22 minutes and ~21 GB of host memory.
 
 `--device_only` measures what the AOT compile can only estimate, on the machine's own accelerator
@@ -30,8 +31,12 @@ layouts; the micro-batch of 32 rows x 1,280 tokens stays the same at 16x8x1024 i
 
 Prints ONE JSON line: the ratios scanned / unrolled (`first_step_ratio_scanned_vs_unrolled`
 cold, `first_step_ratio_warm_scanned_vs_unrolled`, `steady_step_ratio_scanned_vs_unrolled`,
-`peak_rss_ratio_scanned_vs_unrolled`, the first step's trace / lower / backend ratios, and per AOT
-model `aot_compile_ratio_scanned_vs_unrolled` and `aot_memory_ratio_scanned_vs_unrolled`; with
+`peak_rss_ratio_scanned_vs_unrolled`, the first step's trace / lower / backend ratios; with
+`--tunix_python`, `first_step_ratio_scanned_vs_tunix` (cold), `first_step_ratio_unrolled_vs_tunix`
+and `steady_step_ratio_scanned_vs_tunix`, from google-tunix's GRPO step on the same model and shape
+run between the cold and the warm runs; and per AOT
+model `aot_compile_ratio_scanned_vs_unrolled`, `aot_memory_ratio_scanned_vs_unrolled` and
+`aot_peak_memory_ratio_scanned_vs_unrolled`; with
 `--device_only`, per model `device_step_ratio_scanned_vs_unrolled`,
 `device_peak_memory_ratio_scanned_vs_unrolled`, `device_analysis_memory_ratio_scanned_vs_unrolled`
 and `device_compile_ratio_scanned_vs_unrolled`), then the raw runs.
@@ -66,6 +71,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("--steps", type=int, default=3, help="steady steps after the first")
   p.add_argument("--threads", type=int, default=1, help="CPU threads of every worker")
   p.add_argument("--timeout", type=float, default=1200.0, help="seconds per worker")
+  p.add_argument("--tunix_python", default="",
+                 help="interpreter of an environment with google-tunix (pip install -e "
+                      "'.[peers]'): tunix's GRPO step on the same model and shape runs between "
+                      "the cold and the warm runs ('' = no tunix run)")
   p.add_argument("--aot_models", default=",".join(AOT_MODELS),
                  help="comma-separated experiments/configs/scale.py variants to AOT-compile")
   p.add_argument("--aot_topology", default="v5p:2x2x1", help="TPU topology of the AOT compiles")
@@ -95,6 +104,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.error("--steps and --threads must be >= 1")
   if sum((args.quick, args.aot_only, args.device_only)) > 1:
     p.error("--quick, --aot_only and --device_only exclude each other")
+  if args.tunix_python and not os.access(args.tunix_python, os.X_OK):
+    p.error(f"--tunix_python={args.tunix_python}: not an executable file (expected the python "
+            f"of an environment with google-tunix installed)")
   if args.aot_layers < 0:
     p.error(f"--aot_layers={args.aot_layers}: expected >= 0 (0 = the preset's)")
   if args.aot_minibatches < 0:
@@ -138,6 +150,7 @@ def smollm2_steps(args: argparse.Namespace) -> dict[str, Any]:
   """{'runs': layout -> {'cold', 'warm'}, ratios...} of the GRPO steps on `args.model_dir`."""
   env = peers.thread_env(args.threads)
   runs: dict[str, dict[str, Any]] = {layout: {} for layout in LAYOUTS}
+  tunix = None
   scratch = tempfile.mkdtemp(prefix="scan_layers_bench_")
   try:
     for state in ("cold", "warm"):
@@ -149,6 +162,8 @@ def smollm2_steps(args: argparse.Namespace) -> dict[str, Any]:
         run = _summary(run)
         run["compile_cache"] = found
         runs[layout][state] = run
+      if state == "cold" and args.tunix_python:
+        tunix = _tunix_run(args, env, os.path.join(scratch, "work_tunix"))
   finally:
     shutil.rmtree(scratch, ignore_errors=True)
   un, sc = runs["unrolled"], runs["scanned"]
@@ -167,7 +182,28 @@ def smollm2_steps(args: argparse.Namespace) -> dict[str, Any]:
           for state in ("cold", "warm")},
       "runs": runs,
   }
+  if tunix is not None:
+    out.update({
+        "first_step_ratio_scanned_vs_tunix": peers.ratio(
+            _figure(sc, "cold", "first_step_s"), _figure(tunix, "first_step_s")),
+        "first_step_ratio_unrolled_vs_tunix": peers.ratio(
+            _figure(un, "cold", "first_step_s"), _figure(tunix, "first_step_s")),
+        "steady_step_ratio_scanned_vs_tunix": peers.ratio(
+            _mean_step(sc), _figure(tunix, "step_s")),
+        "tunix": tunix})
   return out
+
+
+def _tunix_run(args: argparse.Namespace, env: dict[str, str], workdir: str) -> dict[str, Any]:
+  """google-tunix's GRPO step (`benchmarks._peer_tunix`) on the model and shape of the rl_jax
+  runs, in `args.tunix_python`; tunix keeps no compilation cache, so every run of it is cold."""
+  cmd = peers.worker_cmd(argparse.Namespace(**dict(vars(args), python=args.tunix_python)),
+                         "tunix", args.model_dir, args.shape, workdir)
+  run = peers.run_subprocess(cmd, env, args.timeout)
+  if "error" in run:
+    return run
+  return {k: run.get(k) for k in ("first_step_s", "step_s", "step_s_all", "peak_rss_bytes",
+                                  "gen_tokens_per_s", "wall_s")}
 
 
 def _run_worker(args: argparse.Namespace, role: str, model: str, layout: str,
@@ -227,8 +263,8 @@ def aot_worker(args: argparse.Namespace) -> None:
     lines = {line["phase"]: line for line in aot.compile_phases(config, args.aot_topology,
                                                                 ["rl_step"])}
   step = lines["rl_step"]
-  keys = ("compile_seconds", "fits", "per_device_total_bytes", "argument_bytes", "temp_bytes",
-          "output_bytes", "alias_bytes", "error")
+  keys = ("compile_seconds", "fits", "per_device_total_bytes", "peak_bytes", "argument_bytes",
+          "temp_bytes", "output_bytes", "alias_bytes", "error")
   result = {k: step[k] for k in keys if k in step}
   result.update(model=args.aot_worker, scan_layers=bool(args.scanned), remat=args.aot_remat,
                 param_dtype=args.aot_param_dtype,
@@ -245,6 +281,7 @@ def aot_compiles(args: argparse.Namespace) -> dict[str, Any]:
   return {
       "aot_compile_ratio_scanned_vs_unrolled": _layout_ratios(runs, "compile_seconds"),
       "aot_memory_ratio_scanned_vs_unrolled": _layout_ratios(runs, "per_device_total_bytes"),
+      "aot_peak_memory_ratio_scanned_vs_unrolled": _layout_ratios(runs, "peak_bytes"),
       "aot_host_rss_ratio_scanned_vs_unrolled": _layout_ratios(runs, "peak_rss_bytes"),
       "aot_runs": runs,
   }

@@ -30,14 +30,27 @@ def test_parse_args():
       bench.parse_args(bad)
 
 
-def test_scan_layers_benchmark_tiny(tiny_dir, capsys, monkeypatch):
+def _stub_tunix(tmp_path):
+  """An 'interpreter' standing in for a tunix environment: it records its command line and prints
+  a worker result (tunix itself is not in the test environment)."""
+  stub, record = tmp_path / "tunix_python", tmp_path / "tunix_argv"
+  result = {"first_step_s": 40.0, "step_s": 8.0, "step_s_all": [40.0, 8.0],
+            "peak_rss_bytes": 1 << 30, "gen_tokens_per_s": 100.0}
+  stub.write_text(f"#!/bin/sh\necho \"$@\" > {record}\n"
+                  f"echo 'PEER_RESULT {json.dumps(result)}'\n")
+  stub.chmod(0o755)
+  return str(stub), record
+
+
+def test_scan_layers_benchmark_tiny(tiny_dir, capsys, monkeypatch, tmp_path):
   # XLA optimizations off in the six workers (they inherit this environment): what is checked is
   # the report's shape and that every figure is there and positive, not its values; the tiny
   # programs' time is mostly compiling.
   monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+  tunix_python, tunix_argv = _stub_tunix(tmp_path)
   out = bench.main(["--model_dir", tiny_dir, "--shape=2x2x4", "--steps=1",
                     "--aot_models=tiny", "--aot_topology=v5e:2x2",
-                    "--aot_param_dtype=float32"])
+                    "--aot_param_dtype=float32", f"--tunix_python={tunix_python}"])
   printed = capsys.readouterr().out.strip().splitlines()
   assert len(printed) == 1 and json.loads(printed[0]) == out  # ONE JSON line
   runs = out["runs"]
@@ -54,8 +67,20 @@ def test_scan_layers_benchmark_tiny(tiny_dir, capsys, monkeypatch):
     assert out[key] > 0, key
   assert set(out["first_step_compile_ratios_scanned_vs_unrolled"]["cold"]) == {
       "trace_s", "lower_s", "compile_s"}
+  # tunix ran once, on the same model and shape, and the ratios divide by its figures.
+  argv = tunix_argv.read_text().split()
+  assert argv[:2] == ["-m", "benchmarks._peer_tunix"]
+  assert argv[argv.index("--model_dir") + 1] == tiny_dir
+  assert [argv[argv.index(f) + 1] for f in ("--batch", "--group", "--tokens")] == ["2", "2", "4"]
+  assert out["tunix"]["first_step_s"] == 40.0
+  assert out["first_step_ratio_scanned_vs_tunix"] == pytest.approx(
+      runs["scanned"]["cold"]["first_step_s"] / 40.0, abs=1e-3)
+  assert out["first_step_ratio_unrolled_vs_tunix"] == pytest.approx(
+      runs["unrolled"]["cold"]["first_step_s"] / 40.0, abs=1e-3)
+  assert out["steady_step_ratio_scanned_vs_tunix"] > 0
   assert out["aot_compile_ratio_scanned_vs_unrolled"]["tiny"] > 0
   assert out["aot_memory_ratio_scanned_vs_unrolled"]["tiny"] > 0
+  assert out["aot_peak_memory_ratio_scanned_vs_unrolled"]["tiny"] > 0
   aot = out["aot_runs"]["tiny"]
   assert aot["scanned"]["scan_layers"] and not aot["unrolled"]["scan_layers"]
   assert aot["scanned"]["fits"] and aot["scanned"]["per_device_total_bytes"] > 0
@@ -67,6 +92,11 @@ def test_bad_shape_is_a_one_line_usage_error(capsys):
   err = capsys.readouterr().err.strip().splitlines()
   assert err[-1].endswith(" error: --aot_shape: shape '16x8' is not BxGxT (e.g. 8x4x32)")
   assert not any("Traceback" in line for line in err)
+  with pytest.raises(SystemExit):
+    bench.parse_args(["--quick", "--tunix_python=/nonexistent/python"])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err[-1].endswith(" error: --tunix_python=/nonexistent/python: not an executable file "
+                          "(expected the python of an environment with google-tunix installed)")
 
 
 def test_parse_args_shape_flags():

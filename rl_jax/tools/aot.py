@@ -24,8 +24,8 @@ compiler. Phases (`PHASES`):
 P is `aot.prompt_len` (0: model.max_seq_len - T, the longest prompt a run allows).
 
 Each phase gives one dict (a JSON line): per-device argument / output / alias / temporary bytes
-from `memory_analysis()`, `fits` (their sum, less aliased bytes, within the chip's HBM), FLOPs
-and HBM bytes, and a roofline time. XLA's `cost_analysis()` counts the body of a while loop once,
+from `memory_analysis()`, `fits` (their sum, less aliased bytes, within the chip's HBM), XLA's
+peak of simultaneously live bytes (`peak_bytes`), FLOPs and HBM bytes, and a roofline time. XLA's `cost_analysis()` counts the body of a while loop once,
 whatever its trip count, so the loops a phase runs are counted by compiling their bodies as
 separate pieces and adding them `trip count - 1` more times (`xla_flops`, `xla_bytes`; the raw
 numbers are `xla_flops_raw`, `xla_bytes_raw`). Loops inside a piece stay counted once, and a
@@ -347,6 +347,7 @@ def compile_phase(name: str, phase: _Phase, chip: chips.Chip) -> dict:
       "output_bytes": int(mem.output_size_in_bytes),
       "alias_bytes": int(mem.alias_size_in_bytes),
       "temp_bytes": int(mem.temp_size_in_bytes),
+      "peak_bytes": int(getattr(mem, "peak_memory_in_bytes", 0)),
       "code_bytes": int(mem.generated_code_size_in_bytes),
       "xla_flops": flops,
       "xla_bytes": hbm,

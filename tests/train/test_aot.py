@@ -28,6 +28,8 @@ def test_every_phase_compiles_for_v5e_2x2(tiny_report):
     total = (line["argument_bytes"] + line["output_bytes"] - line["alias_bytes"]
              + line["temp_bytes"] + line["code_bytes"])
     assert line["per_device_total_bytes"] == total
+    # XLA's peak of live bytes holds the arguments and never exceeds what is allocated.
+    assert line["argument_bytes"] <= line["peak_bytes"] <= total
     assert line["argument_bytes"] > 0 and line["xla_flops"] > 0 and line["xla_bytes"] > 0
     chip = chips.CHIPS["v5e"]
     want = max(max(line["xla_flops"], line["model_flops_per_device"]) / chip.peak_bf16_flops,
