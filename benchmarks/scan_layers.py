@@ -17,8 +17,8 @@ remat and bfloat16 compute weights on v5p:2x2x1, are the README's Qwen3-8B rows 
 `experiments.aot`'s compile of `rl_step` for the TPU `--aot_topology` (libtpu, no TPU), scanned
 and unrolled, each in its own process: compile seconds (with the micro-batch piece's compile),
 per-device memory (`memory_analysis`: the total it allocates and XLA's peak of live bytes) and the
-compiling process's peak RSS. The unrolled
-Qwen3-8B compile takes 17-22 minutes and ~21 GB of host memory.
+compiling process's peak RSS. The unrolled Qwen3-8B process compiles for about 9 minutes alone on
+2 cores (17-22 beside other jobs) and takes ~21 GB of host memory.
 
 `--device_only` measures what the AOT compile can only estimate, on the machine's own accelerator
 (a GPU, or a TPU host): for each of `--aot_models`, in its own process per layout, `rl_step` on
@@ -33,13 +33,13 @@ Prints ONE JSON line: the ratios scanned / unrolled (`first_step_ratio_scanned_v
 cold, `first_step_ratio_warm_scanned_vs_unrolled`, `steady_step_ratio_scanned_vs_unrolled`,
 `peak_rss_ratio_scanned_vs_unrolled`, the first step's trace / lower / backend ratios; with
 `--tunix_python`, `first_step_ratio_scanned_vs_tunix` (cold), `first_step_ratio_unrolled_vs_tunix`
-and `steady_step_ratio_scanned_vs_tunix`, from google-tunix's GRPO step on the same model and shape
-run between the cold and the warm runs; and per AOT
-model `aot_compile_ratio_scanned_vs_unrolled`, `aot_memory_ratio_scanned_vs_unrolled` and
-`aot_peak_memory_ratio_scanned_vs_unrolled`; with
-`--device_only`, per model `device_step_ratio_scanned_vs_unrolled`,
-`device_peak_memory_ratio_scanned_vs_unrolled`, `device_analysis_memory_ratio_scanned_vs_unrolled`
-and `device_compile_ratio_scanned_vs_unrolled`), then the raw runs.
+and `steady_step_ratio_scanned_vs_tunix`, from google-tunix's GRPO step on the same model and
+shape, run between the cold and the warm runs; per AOT model
+`aot_compile_ratio_scanned_vs_unrolled`, `aot_memory_ratio_scanned_vs_unrolled` and
+`aot_peak_memory_ratio_scanned_vs_unrolled`; with `--device_only`, per model
+`device_step_ratio_scanned_vs_unrolled`, `device_peak_memory_ratio_scanned_vs_unrolled`,
+`device_analysis_memory_ratio_scanned_vs_unrolled` and `device_compile_ratio_scanned_vs_unrolled`),
+then the raw runs.
 """
 
 from __future__ import annotations

@@ -23,12 +23,13 @@ compiler. Phases (`PHASES`):
 
 P is `aot.prompt_len` (0: model.max_seq_len - T, the longest prompt a run allows).
 
-Each phase gives one dict (a JSON line): per-device argument / output / alias / temporary bytes
-from `memory_analysis()`, `fits` (their sum, less aliased bytes, within the chip's HBM), XLA's
-peak of simultaneously live bytes (`peak_bytes`), FLOPs and HBM bytes, and a roofline time. XLA's `cost_analysis()` counts the body of a while loop once,
-whatever its trip count, so the loops a phase runs are counted by compiling their bodies as
-separate pieces and adding them `trip count - 1` more times (`xla_flops`, `xla_bytes`; the raw
-numbers are `xla_flops_raw`, `xla_bytes_raw`). Loops inside a piece stay counted once, and a
+One JSON line per phase: per-device argument / output / alias / temporary bytes from
+`memory_analysis()`, `fits` (their sum less aliased bytes within the chip's HBM), XLA's peak of
+live bytes (`peak_bytes`), FLOPs, HBM bytes and a roofline time. XLA's `cost_analysis()` counts
+a while loop's body once, whatever its trip count, so the loops a phase runs are counted by
+compiling their bodies as separate pieces and adding them `trip count - 1` more times
+(`xla_flops`, `xla_bytes`; the raw numbers are `xla_flops_raw`, `xla_bytes_raw`). Loops inside
+a piece stay counted once, and a
 Pallas kernel counts what it declares (`pl.CostEstimate`; the TPU log-prob kernels do), so
 `model_flops_per_device` (matmul and causal-attention FLOPs of the phase, as
 `chips.sequence_flops` counts them, over the devices) is given too and the roofline takes the
@@ -337,7 +338,7 @@ def compile_phase(name: str, phase: _Phase, chip: chips.Chip) -> dict:
     f, b = _cost(_compile(fn, args))
     flops += extra * f
     hbm += extra * b
-  total = chips.per_device_bytes(mem)
+  total, peak = chips.per_device_bytes(mem), getattr(mem, "peak_memory_in_bytes", None)
   return {
       "phase": name,
       "fits": total <= chip.hbm_bytes,
@@ -347,7 +348,7 @@ def compile_phase(name: str, phase: _Phase, chip: chips.Chip) -> dict:
       "output_bytes": int(mem.output_size_in_bytes),
       "alias_bytes": int(mem.alias_size_in_bytes),
       "temp_bytes": int(mem.temp_size_in_bytes),
-      "peak_bytes": int(getattr(mem, "peak_memory_in_bytes", 0)),
+      "peak_bytes": peak if peak is None else int(peak),
       "code_bytes": int(mem.generated_code_size_in_bytes),
       "xla_flops": flops,
       "xla_bytes": hbm,
