@@ -71,9 +71,10 @@ def checkpoint(tmp_path_factory):
   return path, _write_checkpoint(path)
 
 
-def _config(path, interrupt_at=""):
+def _config(path, interrupt_at="", scan_layers=False):
   config = smollm2.get_config("smoke").copy_and_resolve_references()
   config.model.path = path
+  config.model.scan_layers = scan_layers
   # k1 KL has a gradient at policy == reference, so every step updates (the tiny random model
   # earns no reward); each Adam step moves a parameter by at most ~lr.
   config.rl.update(kl_coef=0.05, kl_kind="k1")
@@ -137,13 +138,13 @@ def test_rl_starts_from_the_loaded_checkpoint(checkpoint, reference_run, tmp_pat
   assert abs(rl[1]["kl"]) < 1e-5  # Policy == frozen reference at the first step.
   assert rl[2]["kl"] != 0 and all(r["grad_norm"] > 0 for r in rl.values())
 
-  exp = experiment.build(_config(path), str(tmp_path))
+  exp = experiment.build(_config(path, scan_layers=True), str(tmp_path))
   assert exp.model_cfg.vocab_size == exp.tokenizer.vocab_size
   assert exp.tokenizer.eos_id == 2  # <|im_end|>, the end of an assistant turn.
   first = exp.train_prompts[0][exp.train_prompt_mask[0]].tolist()
   assert first[0] == exp.tokenizer.bos_id and first[1] != exp.tokenizer.bos_id  # One <|im_start|>.
   assert exp.tokenizer.decode(first).endswith("assistant\n")
-  assert exp.model_cfg.scan_layers  # smollm2.py scans the layers; the files are unrolled.
+  assert exp.model_cfg.scan_layers  # Scanned layers stack the unrolled files' layers.
   loaded = models.stack_layers(loaded)
   initial = jax.tree_util.tree_map(np.asarray, phases.init_params(exp))
   jax.tree_util.tree_map(np.testing.assert_array_equal, initial, loaded)
