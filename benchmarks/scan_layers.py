@@ -124,11 +124,16 @@ def _step_cmd(args: argparse.Namespace, layout: str, cache_dir: str, workdir: st
   return cmd + (["--scan_layers"] if layout == "scanned" else [])
 
 
-def _summary(run: dict[str, Any]) -> dict[str, Any]:
+# What a GRPO-step worker's result keeps: every system's figures, and rl_jax's compile record.
+_STEP_KEYS = ("first_step_s", "step_s", "step_s_all", "peak_rss_bytes", "gen_tokens_per_s",
+              "wall_s")
+_RL_JAX_KEYS = _STEP_KEYS + ("first_step_compile", "scan_layers")
+
+
+def _summary(run: dict[str, Any], keys: Sequence[str] = _RL_JAX_KEYS) -> dict[str, Any]:
+  """A worker's result cut to `keys` (an error result as it is)."""
   if "error" in run:
     return run
-  keys = ("first_step_s", "step_s", "step_s_all", "peak_rss_bytes", "first_step_compile",
-          "scan_layers", "gen_tokens_per_s", "wall_s")
   return {k: run.get(k) for k in keys}
 
 
@@ -199,11 +204,7 @@ def _tunix_run(args: argparse.Namespace, env: dict[str, str], workdir: str) -> d
   runs, in `args.tunix_python`; tunix keeps no compilation cache, so every run of it is cold."""
   cmd = peers.worker_cmd(argparse.Namespace(**dict(vars(args), python=args.tunix_python)),
                          "tunix", args.model_dir, args.shape, workdir)
-  run = peers.run_subprocess(cmd, env, args.timeout)
-  if "error" in run:
-    return run
-  return {k: run.get(k) for k in ("first_step_s", "step_s", "step_s_all", "peak_rss_bytes",
-                                  "gen_tokens_per_s", "wall_s")}
+  return _summary(peers.run_subprocess(cmd, env, args.timeout), _STEP_KEYS)
 
 
 def _run_worker(args: argparse.Namespace, role: str, model: str, layout: str,

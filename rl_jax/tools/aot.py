@@ -24,18 +24,17 @@ compiler. Phases (`PHASES`):
 P is `aot.prompt_len` (0: model.max_seq_len - T, the longest prompt a run allows).
 
 One JSON line per phase: per-device argument / output / alias / temporary bytes from
-`memory_analysis()`, `fits` (their sum less aliased bytes within the chip's HBM), XLA's peak of
-live bytes (`peak_bytes`), FLOPs, HBM bytes and a roofline time. XLA's `cost_analysis()` counts
-a while loop's body once, whatever its trip count, so the loops a phase runs are counted by
-compiling their bodies as separate pieces and adding them `trip count - 1` more times
-(`xla_flops`, `xla_bytes`; the raw numbers are `xla_flops_raw`, `xla_bytes_raw`). Loops inside
-a piece stay counted once, and a
+`memory_analysis()`, `fits` (their sum less aliased bytes within the chip's HBM), XLA's peak of live
+bytes (`peak_bytes`), FLOPs, HBM bytes and a roofline time. XLA's `cost_analysis()` counts a while
+loop's body once, whatever its trip count, so the loops a phase runs are counted by compiling their
+bodies as separate pieces and adding them `trip count - 1` more times (`xla_flops`, `xla_bytes`; the
+raw numbers are `xla_flops_raw`, `xla_bytes_raw`). Loops inside a piece stay counted once, and a
 Pallas kernel counts what it declares (`pl.CostEstimate`; the TPU log-prob kernels do), so
-`model_flops_per_device` (matmul and causal-attention FLOPs of the phase, as
-`chips.sequence_flops` counts them, over the devices) is given too and the roofline takes the
-larger of the two FLOP counts. With `model.scan_layers` the decoder stack is such a loop: XLA counts
-one layer of it, so `xla_flops` and `xla_bytes` are low by up to the layer count and the roofline
-rests on `model_flops_per_device`.
+`model_flops_per_device` (matmul and causal-attention FLOPs of the phase, as `chips.sequence_flops`
+counts them, over the devices) is given too and the roofline takes the larger of the two FLOP
+counts. With `model.scan_layers` the decoder stack is such a loop: XLA counts one layer of it, so
+`xla_flops` and `xla_bytes` are low by up to the layer count and the roofline rests on
+`model_flops_per_device`.
 
 The phases are compiled under the mesh as the context mesh (`jax.sharding.use_abstract_mesh`), as
 the training loop runs under `jax.set_mesh`: the Pallas kernels then run in a `shard_map`, and the
