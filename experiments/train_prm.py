@@ -2,7 +2,8 @@
 
 Samples the run's (SFT by default) policy on train problems, labels every step prefix (PAV:
 `--n_mc` Monte Carlo continuations per prefix, turned into the best-of-`--prover_k` prover's
-value; ORM: the completion's outcome at every step end), fits one PRM per `--kinds` entry
+value; ORM: the completion's outcome at every step end; truth: the task's step checker, 1 until
+the first wrong step), fits one PRM per `--kinds` entry
 (the policy's architecture and weights plus a scalar head, optax AdamW, weighted BCE) and saves
 each under OUT/<kind> (default OUT = RUN/prm). Judge them with `experiments.eval_prm`.
 """

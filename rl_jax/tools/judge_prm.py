@@ -77,12 +77,15 @@ def markdown(result: dict) -> str:
            f"sample {result['first']:.3f}, majority vote {result['majority']:.3f}, oracle "
            f"{result['oracle']:.3f}.", "",
            "| PRM | kind | first-wrong-step acc (tau) | on wrong / on correct | acc at tau 0.5 | "
-           f"constant guess | step AUROC | AUROC (progress) | best-of-{n} min / last |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+           "by progress (delta) | constant guess | step AUROC | AUROC (progress) | "
+           f"best-of-{n} min / last |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for name, m in result["prms"].items():
     lines.append(f"| {name} | {m['kind']} | {m['first_wrong_acc']:.3f} ({m['tau']:.2f}) | "
                  f"{m['first_wrong_acc_on_wrong']:.3f} / {m['first_wrong_acc_on_correct']:.3f} | "
-                 f"{m['first_wrong_acc_tau05']:.3f} | {m['first_wrong_acc_constant']:.3f} | "
+                 f"{m['first_wrong_acc_tau05']:.3f} | "
+                 f"{m['first_wrong_acc_progress']:.3f} ({m['delta']:.2f}) | "
+                 f"{m['first_wrong_acc_constant']:.3f} | "
                  f"{m['auroc']:.3f} | "
                  f"{m['auroc_progress']:.3f} | {m['bon_min']:.3f} / {m['bon_last']:.3f} |")
   return "\n".join(lines) + "\n"

@@ -21,7 +21,7 @@ from rl_jax.value.prm import model as prm_lib
 from rl_jax.value.prm import pav as pav_lib
 from rl_jax.value.prm import segments as steps_lib
 
-KINDS = ("pav", "orm", "pav_tree")
+KINDS = ("pav", "orm", "pav_tree", "truth")
 
 
 def load_run(workdir: str, phase: str = "sft"):
@@ -48,9 +48,9 @@ def train(workdir: str, out_dir: str, *, kinds: Sequence[str] = ("pav", "orm"),
           seed: int = 0) -> dict:
   """Samples the run's policy on train problems, labels the step prefixes (PAV: Monte Carlo
   continuations; ORM: the outcome; pav_tree: the node values of EPTree rollouts of the same
-  problems, `config.rl.eptree` options), fits one PRM per kind (initialised from the policy)
-  and saves each under `out_dir/<kind>`. Returns (and writes to out_dir/train_prm.json) the
-  timings, label statistics and loss logs."""
+  problems, `config.rl.eptree` options; truth: the task's step checker, the learnable ceiling),
+  fits one PRM per kind (initialised from the policy) and saves each under `out_dir/<kind>`.
+  Returns (and writes to out_dir/train_prm.json) the timings, label statistics and loss logs."""
   for k in kinds:
     if k not in KINDS:
       raise ValueError(f"kind {k!r}; expected some of {KINDS}")
@@ -77,12 +77,14 @@ def train(workdir: str, out_dir: str, *, kinds: Sequence[str] = ("pav", "orm"),
     elif kind == "pav":
       labels, weights = prm_data.mc_labels(exp, policy, comps, segs, n_mc,
                                            jax.random.fold_in(key, 1), prover_k=prover_k)
+    elif kind == "truth":
+      labels, weights = prm_data.truth_labels(exp, comps, segs)
     else:
       labels, weights = prm_data.outcome_labels(comps, segs)
     t_label = time.perf_counter() - t1
     spec = prm_lib.PRMSpec(model=exp.model_cfg, delimiters=delim,
                            ignore_ids=(exp.tokenizer.eos_id, exp.tokenizer.pad_id), kind=kind,
-                           prover_k=prover_k if kind != "orm" else 1)
+                           prover_k=prover_k if kind not in ("orm", "truth") else 1)
     params = prm_lib.init_from_policy(exp.model_cfg, policy, base_rate=float(comps.rewards.mean()))
     optim = optim_config(lr, warmup_steps=min(20, steps // 10), schedule="cosine",
                          end_lr_frac=0.1)

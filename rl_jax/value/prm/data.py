@@ -3,6 +3,7 @@
     comps = sample(exp, params, prompt_ids, num_samples, key)          # the policy's completions
     labels, weights = mc_labels(exp, params, comps, steps, n_mc, key)   # PAV: Monte Carlo Q^π
     labels, weights = outcome_labels(comps, steps)                      # ORM: outcome at each end
+    labels, weights = truth_labels(exp, comps, steps)                   # the step checker's labels
     params, log = fit(spec, params, comps, labels, weights, ...)        # optax, weighted BCE
 
 `Completions` holds host arrays only; the prompts are the rows of `exp.train_prompts` or
@@ -23,7 +24,7 @@ from rl_jax import sampling
 from rl_jax.data.batching import decode_completions
 from rl_jax.train_state import TrainState, make_optimizer
 from rl_jax.value.prm import model as prm_lib
-from rl_jax.value.prm import pav
+from rl_jax.value.prm import judge, pav
 from rl_jax.value.prm import segments as steps_lib
 
 
@@ -147,6 +148,32 @@ def outcome_labels(comps: Completions, steps: steps_lib.Steps) -> tuple[np.ndarr
   labels, weights = steps_lib.step_labels_to_tokens(
       np.repeat(comps.rewards[:, None], h, 1), steps, comps.tokens.shape[1])
   labels[:, 0], weights[:, 0] = comps.rewards, 1.0
+  return labels, weights
+
+
+def truth_labels(exp, comps: Completions, steps: steps_lib.Steps
+                 ) -> tuple[np.ndarray, np.ndarray]:
+  """The step checker's labels (`task.check_steps`): after segment h, 1 while every item so far
+  (the task's steps, then the answer line) is right and 0 from the first wrong one on; the last
+  segment is also 0 when the completion did not end with the right answer (it stopped early).
+  At the bare prompt 1: the perfect prover's value (`prm.oracle`). Rows whose segments do not
+  match their non-empty lines (`judge.true_labels`) get weight 0. A PRM fitted on these is the
+  learnable ceiling of a PRM on the task."""
+  if not hasattr(exp.task, "check_steps"):
+    raise ValueError(f"PRM kind 'truth' needs a task with a step checker (the ladder); the run's "
+                     f"task {exp.config.task.name!r} has none")
+  h = steps.end_pos.shape[1]
+  checks = [exp.task.check_steps(t, e) for t, e in zip(comps.texts, comps.examples(exp))]
+  right, lmask, kept = judge.true_labels(checks, comps.texts, steps.num_steps, h)
+  prefix = np.cumprod(right | ~lmask, axis=1).astype(bool) & lmask
+  last = np.maximum(lmask.sum(1) - 1, 0)
+  rows = np.arange(len(prefix))
+  prefix[rows, last] &= comps.rewards > 0
+  labels, weights = steps_lib.step_labels_to_tokens(
+      prefix.astype(np.float32), steps.replace(step_mask=np.asarray(steps.step_mask) & lmask),
+      comps.tokens.shape[1])
+  labels[:, 0], weights[:, 0] = 1.0, 1.0
+  weights[~kept] = 0.0
   return labels, weights
 
 

@@ -15,6 +15,12 @@ Metrics, from a PRM's values after each segment `q [R, H]` (σ of its logits):
   split into rows with an error and rows without (`..._on_wrong`, `..._on_correct`); for
   reference, the accuracy of the best constant guess of f on the calibration half
   (`first_wrong_acc_constant`).
+* progress-based first wrong step: the prediction is the first segment whose progress
+  `q_h − q_{h−1}` (q_{−1} = the value at the bare prompt, v0) falls below −δ, δ chosen on the
+  same calibration half (the grid 0.05 .. 0.95) and the accuracy reported on the other half
+  (`first_wrong_acc_progress`, `delta`). A threshold on q itself misjudges a value model whose
+  correct prefixes of a hard problem rightly score low; the drop at the wrong step does not
+  depend on where the value started.
 * step AUROC: over segments up to and including the first wrong one (where "the step is right"
   and "the prefix is right" coincide), score q, label the segment's correctness (`auroc`); the
   same with the progress q_h − q_{h−1} as the score (`auroc_progress`).
@@ -63,6 +69,14 @@ def predicted_first(q: np.ndarray, lmask: np.ndarray, tau: float) -> np.ndarray:
   return first_false(q >= tau, lmask)
 
 
+def predicted_first_progress(q: np.ndarray, v0: np.ndarray, lmask: np.ndarray, delta: float
+                             ) -> np.ndarray:
+  """[R] the first segment whose progress q_h − q_{h−1} (q_{−1} = v0) is below −delta, or the
+  number of masked segments when none is."""
+  prev = np.concatenate([np.asarray(v0)[:, None], q[:, :-1]], axis=1)
+  return first_false(q - prev >= -delta, lmask)
+
+
 def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
   """Area under the ROC curve (ties count half); nan when one class is absent."""
   scores, labels = np.asarray(scores, float), np.asarray(labels, bool)
@@ -93,6 +107,9 @@ def judge(q: np.ndarray, v0: np.ndarray, labels: np.ndarray, lmask: np.ndarray,
   calib = {tau: float(np.mean(predicted_first(q[half], lmask[half], tau) == f_true[half]))
            for tau in TAUS}
   tau = max(calib, key=lambda t: (calib[t], -abs(t - 0.5)))
+  calib_p = {d: float(np.mean(predicted_first_progress(q[half], v0[half], lmask[half], d)
+                              == f_true[half])) for d in TAUS}
+  delta = max(calib_p, key=lambda d: (calib_p[d], -abs(d - 0.5)))
   test = ~half if (~half).any() else half
   hit = predicted_first(q, lmask, tau) == f_true
   wrong = f_true < lmask.sum(1)
@@ -109,6 +126,9 @@ def judge(q: np.ndarray, v0: np.ndarray, labels: np.ndarray, lmask: np.ndarray,
       "first_wrong_acc_on_correct": float(hit[test & ~wrong].mean()) if (test & ~wrong).any()
       else float("nan"),
       "first_wrong_acc_tau05": float(hit05.mean()),
+      "delta": float(delta),
+      "first_wrong_acc_progress": float(np.mean(
+          predicted_first_progress(q[test], v0[test], lmask[test], delta) == f_true[test])),
       "auroc": auroc(q[upto], labels[upto]),
       "auroc_progress": auroc((q - prev)[upto], labels[upto]),
       "auroc_all_steps_prefix": auroc(q[lmask], np.cumprod(labels | ~lmask, axis=1)[lmask] > 0),

@@ -46,7 +46,7 @@ class PRMSpec:
     delimiters: token ids that end a step (`value.prm.segments.delimiter_ids`).
     ignore_ids: token ids that are not step content (EOS).
     kind: what its labels were ('pav' Monte Carlo prefix values, 'orm' outcome labels at every
-      step end, ...); informative only.
+      step end, 'truth' the step checker's prefix labels, ...); informative only.
     prover_k: K of the best-of-K prover its labels were transformed to (1 = the policy).
   """
 

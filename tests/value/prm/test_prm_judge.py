@@ -49,3 +49,17 @@ def test_best_of_n_and_majority():
   assert prm_eval.best_of_n(np.array([0.1, 0.9, 0.2, 0.5, 0.4, 0.3]), rewards, answers, 3) == 0.5
   assert prm_eval.majority(rewards, answers, 3) == 0.5
   assert prm_eval.final_answer("1+2=3\n3\n") == "3"
+
+
+def test_progress_rule_finds_a_drop_that_an_absolute_threshold_misses():
+  """A value model whose correct prefixes of a hard problem sit low (0.3) and of an easy one high
+  (0.9): no tau on q finds both first wrong steps, the drop q_h − q_{h−1} does."""
+  labels = np.array([[True, True, False], [True, False, False]] * 4)
+  lmask = np.ones_like(labels)
+  v0 = np.array([0.3, 0.9] * 4)
+  q = np.array([[0.3, 0.3, 0.02], [0.9, 0.35, 0.3]] * 4)
+  problem = np.repeat(np.arange(4), 2)
+  assert prm_eval.predicted_first_progress(q, v0, lmask, 0.2).tolist() == [2, 1] * 4
+  m = prm_eval.judge(q, v0, labels, lmask, problem)
+  assert m["first_wrong_acc_progress"] == 1.0 and 0.05 <= m["delta"] <= 0.25
+  assert m["first_wrong_acc"] < 1.0  # tau <= 0.3 misses row 1's drop, tau > 0.3 flags row 0
