@@ -20,6 +20,7 @@ from experiments import report
 from experiments.configs import ladder as ladder_config
 from experiments.configs import ladder2 as ladder2_config
 from experiments.sweeps import (estimators, ground_v2, ground_v2_pilot, ladder_baselines, launch,
+                               methods_v2,
                                 value_priors)
 from rl_jax import experiment, fingerprint, models
 from rl_jax.metrics import MetricsWriter
@@ -75,6 +76,34 @@ def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
   report = ground_v2.report_command("runs/sweeps/ground_v2", "experiments/sweeps")
   assert "--baseline=grpo_g4" in report and any(a.endswith("ground_v2_report.json")
                                                 for a in report)
+
+
+def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tmp_path):
+  """Every preset passes the config checks at GRPO G=4's rows per step; PAV reads the sweep's
+  PRMs; PRIME's PRM rate is the reference's ratio (1e-6 : 5e-7) times ladder2's policy rate; the
+  dev screen runs seeds 0-2 and the table seeds 0-4; the dry run trains the PRMs from the shared
+  SFT before any RL run."""
+  runs = methods_v2.get_sweep(str(tmp_path))
+  assert {r["seed"] for r in runs} == set(range(5))
+  assert {r["seed"] for r in methods_v2.get_sweep(str(tmp_path), "dev")} == {0, 1, 2}
+  for run in runs:
+    config = ladder2_config.get_config()
+    config.unlock()
+    config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
+    config_check.check(config)
+    assert config.rl.prompts_per_step * config.rl.group_size == 128, run["name"]
+    assert launch._shares_sft(run), run["name"]  # pairs with ground_v2's runs of the same seed
+  v = methods_v2.variants(str(tmp_path))
+  assert v["pav_truth_a1"]["rl.process.prm_dir"] == os.path.join(
+      str(tmp_path), "methods_v2", "_prm", "truth", "truth")
+  config = ladder2_config.get_config()
+  assert v["prime_ratio"]["rl.process.prm_lr"] / config.rl.optim.lr == pytest.approx(1e-6 / 5e-7)
+  out = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
+                        f"--workdir_root={tmp_path}", "--split=dev"], capture_output=True,
+                       text=True, check=True).stdout.splitlines()
+  assert "experiments.train_prm" in out[1] and "--kinds=pav" in out[1] and "--n_mc=16" in out[1]
+  assert "--kinds=truth" in out[2] and "--config.rl.steps=0" in out[0]
+  assert len(out) == 3 + 4 * 3 and all("init_from=" in line for line in out[3:])
 
 
 def test_ground_v2_pilot_changes_one_setting_of_an_oracle():

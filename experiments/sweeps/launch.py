@@ -37,17 +37,6 @@ from ml_collections import config_flags
 from rl_jax import fingerprint
 from rl_jax.workdir import SUMMARY_FILE  # (rl_jax.workdir imports no jax)
 
-_SWEEP = flags.DEFINE_string("sweep", None, "Sweep module name in experiments/sweeps/.")
-_BASE = flags.DEFINE_string("base_config", "experiments/configs/default.py",
-                            "Config file[:variant] every run starts from.")
-_ROOT = flags.DEFINE_string("workdir_root", "runs/sweeps", "Runs go to ROOT/SWEEP/NAME.")
-_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands instead of running them.")
-_SHARE_SFT = flags.DEFINE_bool("share_sft", True, "Run SFT once per seed and start every run "
-                               "from it (config.init_from).")
-_JOBS = flags.DEFINE_integer("jobs", 1, "Runs at once after the shared SFTs (which run first, "
-                             "one at a time). With more than one, each run's output goes to "
-                             "WORKDIR/launch.log.", lower_bound=1)
-
 # Overrides of these change the SFT policy, so such a run cannot share the seed's SFT.
 _SFT_PREFIXES = ("sft.", "model.", "task.", "tokenizer.", "sampling.max_new_tokens", "init_from")
 
@@ -198,5 +187,17 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Defined here, not on import: a sweep module with a command of its own (methods_v2) imports
+  # this module's functions and defines its own flags.
+  _SWEEP = flags.DEFINE_string("sweep", None, "Sweep module name in experiments/sweeps/.")
+  _BASE = flags.DEFINE_string("base_config", "experiments/configs/default.py",
+                              "Config file[:variant] every run starts from.")
+  _ROOT = flags.DEFINE_string("workdir_root", "runs/sweeps", "Runs go to ROOT/SWEEP/NAME.")
+  _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands instead of running them.")
+  _SHARE_SFT = flags.DEFINE_bool("share_sft", True, "Run SFT once per seed and start every run "
+                                 "from it (config.init_from).")
+  _JOBS = flags.DEFINE_integer("jobs", 1, "Runs at once after the shared SFTs (which run first, "
+                               "one at a time). With more than one, each run's output goes to "
+                               "WORKDIR/launch.log.", lower_bound=1)
   flags.mark_flag_as_required("sweep")
   app.run(main)

@@ -1,0 +1,110 @@
+"""Methods on the proving ground v2 (issue 33), each placed between GRPO G = 4 and its family's
+oracle (ground_v2's runs): one command trains the PRMs the process-reward presets need, then
+runs the presets from ground_v2's shared SFT, two runs at a time:
+
+    python -m experiments.sweeps.methods_v2 --workdir_root=runs/sweeps --jobs=2 [--split=dev]
+
+`--split=dev` runs the screening seeds (0, 1, 2) whose dev accuracy picks each family's setting;
+the default runs the table's 5 seeds. The runs go to ROOT/methods_v2/NAME; the PRMs to
+ROOT/methods_v2/_prm/{pav,truth}. The SFT policy is ground_v2's (`sft.seed = 0` pins it; a link
+from ROOT/methods_v2/_sft to ROOT/ground_v2/_sft saves its 7 minutes, else the launcher trains it
+again, bit for bit the same), so every run pairs with ground_v2's `grpo_g4` and `oracle_prm` of
+the same seed. The report is `experiments.report` over both directories with
+`--oracle=METHOD:oracle_prm` (the share of the oracle's gain recovered); experiments/README,
+"Which method helps, and how much", has the commands and the table.
+
+Process rewards (oracle: `oracle_prm`, PAV with a perfect prover):
+  pav_bok4_a1, pav_bok4_a2  PAV (ALGORITHMS.md §5.1) with a PRM fitted on Monte Carlo labels of
+                     the best-of-4 prover (`prover_k` 4, within the issue's 4-8), 16
+                     continuations per step prefix, from 4,096 completions of the SFT policy
+                     (1,024 train problems x 4); alpha 1 or 2 (the paper sweeps alpha and gives
+                     no value; the screen picks one on the dev set).
+  pav_truth_a1       PAV with a PRM of the same size fitted on the step checker's own labels
+                     (`train_prm --kinds=truth`, 16,384 completions): the best a learned PRM of
+                     this size reaches here, so a PAV row between it and the oracle says how much
+                     of the gap is the labels and how much the model.
+  prime_ratio        PRIME (§5.2) with the reference's PRM-to-policy learning-rate ratio (1e-6
+                     against 5e-7: 2) at ladder2's policy rate, 8e-5 against 4e-5 (the earlier
+                     ladder run kept PRIME's absolute 1e-6 against 1e-4, a ratio of 1/100, and its
+                     PRM did not learn), and the reference's normalisation (`process.norm`
+                     'batch': the token rewards divided by the batch's largest |return|).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from absl import app, flags
+
+from experiments.sweeps import ground_v2, launch
+
+BASE_CONFIG = ground_v2.BASE_CONFIG
+TEST_SEEDS = ground_v2.SEEDS
+DEV_SEEDS = (0, 1, 2)
+POLICY_LR = 4e-5  # ladder2.py's RL learning rate
+
+# How each PRM is trained (`experiments.train_prm` flags), from the shared SFT policy.
+PRMS = {
+    "pav": dict(kinds="pav", num_prompts=1024, samples=4, n_mc=16, prover_k=4, steps=600),
+    "truth": dict(kinds="truth", num_prompts=4096, samples=4, steps=2000),
+}
+
+
+def prm_dir(root: str, name: str) -> str:
+  """Where PRM `name` is saved: ROOT/methods_v2/_prm/NAME/KIND."""
+  return os.path.join(root, "methods_v2", "_prm", name, PRMS[name]["kinds"])
+
+
+def variants(root: str = "runs/sweeps") -> dict:
+  """Variant name -> config overrides (the PRM paths under `root`)."""
+  pav = lambda name, alpha: {"rl.process_reward": "pav", "rl.process.alpha": alpha,
+                             "rl.process.prm_dir": prm_dir(root, name)}
+  return {
+      "pav_bok4_a1": pav("pav", 1.0),
+      "pav_bok4_a2": pav("pav", 2.0),
+      "pav_truth_a1": pav("truth", 1.0),
+      "prime_ratio": {"rl.process_reward": "prime", "rl.process.prm_lr": 2 * POLICY_LR,
+                      "rl.process.norm": "batch"},
+  }
+
+
+def get_sweep(root: str = "runs/sweeps", split: str = "test") -> list[dict]:
+  """One dict per run (overrides plus 'name'), seed by seed."""
+  seeds = DEV_SEEDS if split == "dev" else TEST_SEEDS
+  return [dict(overrides, seed=seed, name=f"{variant}_seed{seed}")
+          for seed in seeds for variant, overrides in variants(root).items()]
+
+
+def prm_command(root: str, name: str) -> list[str]:
+  """argv of `experiments.train_prm` for PRM `name` on the shared SFT policy."""
+  sft = os.path.join(root, "methods_v2", "_sft", "seed0")
+  out = os.path.dirname(prm_dir(root, name))
+  return [sys.executable, "-m", "experiments.train_prm", f"--workdir={sft}", f"--out={out}"] + [
+      f"--{k}={v}" for k, v in PRMS[name].items()]
+
+
+if __name__ == "__main__":
+  _ROOT = flags.DEFINE_string("workdir_root", "runs/sweeps", "Runs go to ROOT/methods_v2/NAME.")
+  _JOBS = flags.DEFINE_integer("jobs", 2, "Runs at once after the shared SFT.", lower_bound=1)
+  _SPLIT = flags.DEFINE_enum("split", "test", ["dev", "test"],
+                             "dev: the screening seeds 0-2; test: the table's seeds 0-4.")
+  _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands instead of running them.")
+
+  def main(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    root = _ROOT.value
+    steps = launch.plan(get_sweep(root, _SPLIT.value), BASE_CONFIG,
+                        os.path.join(root, "methods_v2"), True, launch.base_sft_seed(BASE_CONFIG))
+    launch.execute(steps[:1], 1, _DRY_RUN.value)  # the shared SFT
+    for name in PRMS:
+      cmd = prm_command(root, name)
+      if _DRY_RUN.value:
+        print(" ".join(cmd))
+      elif not os.path.exists(os.path.join(prm_dir(root, name), "prm.json")):
+        subprocess.run(cmd, check=True)
+    launch.execute(steps[1:], _JOBS.value, _DRY_RUN.value)
+
+  app.run(main)
