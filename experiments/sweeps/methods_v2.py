@@ -28,6 +28,17 @@ Process rewards (oracle: `oracle_prm`, PAV with a perfect prover):
                      ladder run kept PRIME's absolute 1e-6 against 1e-4, a ratio of 1/100, and its
                      PRM did not learn), and the reference's normalisation (`process.norm`
                      'batch': the token rewards divided by the batch's largest |return|).
+
+Rollout engines (oracle: `oracle_treepo`, TreePO cut at step boundaries):
+  echo_measured      ECHO (§3.5) with its branch thresholds set from the entropies measured at this
+                     task's decisions (`experiments.echo_survey` on the shared SFT policy,
+                     experiments/README "ECHO's thresholds, measured"): the policy's result tokens
+                     of carrying steps have a median entropy near 0.7 nats (a 0.6/0.4 choice) and
+                     its copying tokens below 0.01, so H_high 0.3 (H_low 0); its windowed
+                     confidence C^G does not separate the two, so the confidence test is off
+                     (c_b 20.8, above any C_t: -log 1e-9 = 20.7); a carry is a choice of two, so
+                     at most 2 branches, and children may branch at their own next decision
+                     (`nested`); the prune rule cut right and wrong completions alike, so it is off.
 """
 
 from __future__ import annotations
@@ -44,6 +55,10 @@ BASE_CONFIG = ground_v2.BASE_CONFIG
 TEST_SEEDS = ground_v2.SEEDS
 DEV_SEEDS = (0, 1, 2)
 POLICY_LR = 4e-5  # ladder2.py's RL learning rate
+
+# ECHO's thresholds from `experiments.echo_survey` (see the module docstring).
+ECHO_MEASURED = {"entropy_high": 0.3, "entropy_low": 0.0, "branch_threshold": 20.8,
+                 "max_branches": 2, "prune": False, "nested": True}
 
 # How each PRM is trained (`experiments.train_prm` flags), from the shared SFT policy.
 PRMS = {
@@ -67,6 +82,8 @@ def variants(root: str = "runs/sweeps") -> dict:
       "pav_truth_a1": pav("truth", 1.0),
       "prime_ratio": {"rl.process_reward": "prime", "rl.process.prm_lr": 2 * POLICY_LR,
                       "rl.process.norm": "batch"},
+      "echo_measured": dict({"rl.rollout": "echo"},
+                            **{f"rl.echo.{k}": v for k, v in ECHO_MEASURED.items()}),
   }
 
 
