@@ -55,7 +55,7 @@ def evaluate(workdir: str, prm_dirs: Sequence[str], out_dir: str, *, phase: str 
     m.update(rows_left_out=int((~kept).sum()),
              bon_min=prm_eval.best_of_n(qmin, comps.rewards, answers, samples),
              bon_last=prm_eval.best_of_n(qlast, comps.rewards, answers, samples))
-    result["prms"][os.path.basename(os.path.normpath(d)) or d] = dict(m, kind=spec.kind, dir=d)
+    result["prms"][_name(d, prm_dirs)] = dict(m, kind=spec.kind, dir=d)
   result["seconds"] = time.perf_counter() - t0
   if write:
     os.makedirs(out_dir, exist_ok=True)
@@ -66,6 +66,15 @@ def evaluate(workdir: str, prm_dirs: Sequence[str], out_dir: str, *, phase: str 
       f.write(markdown(result))
     result["files"] = [stem + ".json", stem + ".md"]
   return result
+
+
+def _name(d: str, dirs: Sequence[str]) -> str:
+  """A PRM's row name: its directory's base name, with its parent's when another PRM of `dirs`
+  has the same base name (train_prm saves each PRM under OUT/<kind>)."""
+  base = lambda x: os.path.basename(os.path.normpath(x)) or x
+  if sum(base(x) == base(d) for x in dirs) > 1:
+    return os.path.join(base(os.path.dirname(os.path.normpath(d))), base(d))
+  return base(d)
 
 
 def markdown(result: dict) -> str:

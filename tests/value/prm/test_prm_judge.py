@@ -63,3 +63,9 @@ def test_progress_rule_finds_a_drop_that_an_absolute_threshold_misses():
   m = prm_eval.judge(q, v0, labels, lmask, problem)
   assert m["first_wrong_acc_progress"] == 1.0 and 0.05 <= m["delta"] <= 0.25
   assert m["first_wrong_acc"] < 1.0  # tau <= 0.3 misses row 1's drop, tau > 0.3 flags row 0
+
+
+def test_judge_names_prms_by_directory_and_parent_when_base_names_repeat():
+  from rl_jax.tools import judge_prm  # pylint: disable=import-outside-toplevel
+  dirs = ["out/a/truth", "out/b/truth/", "out/a/pav"]
+  assert [judge_prm._name(d, dirs) for d in dirs] == ["a/truth", "b/truth", "pav"]
