@@ -103,7 +103,8 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
                        text=True, check=True).stdout.splitlines()
   assert "experiments.train_prm" in out[1] and "--kinds=pav" in out[1] and "--n_mc=16" in out[1]
   assert "--kinds=truth" in out[2] and "--config.rl.steps=0" in out[0]
-  assert len(out) == 3 + len(v) * 3 and all("init_from=" in line for line in out[3:])
+  assert len(out) == 3 + len(v) * 3 + 1 and all("init_from=" in line for line in out[3:-1])
+  assert "experiments.report" in out[-1] and "methods_v2_dev_report.json" in out[-1]
 
 
 def test_ground_v2_pilot_changes_one_setting_of_an_oracle():
@@ -399,3 +400,24 @@ def test_launcher_shares_one_sft_when_the_base_config_pins_it(tmp_path):
   assert {f"--config.seed={s}" for s in (0, 1, 2)} <= {a for _, args in pinned for a in args}
   own = launch.plan(runs, "experiments/configs/default.py", str(tmp_path), True)
   assert [w for w, _ in own][:3] == [str(tmp_path / "_sft" / f"seed{s}") for s in (0, 1, 2)]
+
+
+def test_methods_v2_report_names_families_and_flattens_the_recovered_share(tmp_path):
+  cmd = methods_v2.report_command("R", "out/methods_v2_report", "dev")
+  assert "--workdirs=R/methods_v2/[!_]*" in cmd and "--workdirs=R/ground_v2/oracle_prm_seed*" in cmd
+  assert "--split=dev" in cmd and "--baseline=grpo_g4" in cmd
+  oracle = next(a for a in cmd if a.startswith("--oracle="))
+  assert "pav_bok4_a1:oracle_prm" in oracle and "echo_measured:oracle_treepo" in oracle
+  path = tmp_path / "r.json"
+  rec = dict(oracle="oracle_prm", baseline="grpo_g4", share=0.4, ci95=0.2, seeds=5, resolved=True)
+  path.write_text(json.dumps({"variants": [
+      {"name": "grpo_g4"}, {"name": "grpo_g8"}, {"name": "oracle_prm"},
+      {"name": "pav_bok4_a1", "recovered_share": rec}]}))
+  methods_v2.add_families(str(path))
+  by = {v["name"]: v for v in json.loads(path.read_text())["variants"]}
+  assert [by[n]["family"] for n in ("grpo_g4", "grpo_g8", "oracle_prm", "pav_bok4_a1")] == [
+      "baseline", "budget", "oracle", "process reward"]
+  assert (by["pav_bok4_a1"]["recovered_share"], by["pav_bok4_a1"]["recovered_share_ci95"],
+          by["pav_bok4_a1"]["oracle"], by["pav_bok4_a1"]["recovered"]) == (0.4, 0.2, "oracle_prm",
+                                                                            rec)
+  assert by["grpo_g8"]["recovered_share"] is None and by["grpo_g8"]["recovered"] is None

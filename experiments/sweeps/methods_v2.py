@@ -4,14 +4,19 @@ runs the presets from ground_v2's shared SFT, two runs at a time:
 
     python -m experiments.sweeps.methods_v2 --workdir_root=runs/sweeps --jobs=2 [--split=dev]
 
-`--split=dev` runs the screening seeds (0, 1, 2) whose dev accuracy picks each family's setting;
-the default runs the table's 5 seeds. The runs go to ROOT/methods_v2/NAME; the PRMs to
+`--split=dev` runs the screening seeds (0, 1, 2) whose dev accuracy picks each family's setting
+and writes experiments/sweeps/methods_v2_dev_report.{md,png,json} (dev accuracy); the default
+runs the table's 5 seeds and writes methods_v2_report.{md,png,json} (test accuracy), each JSON
+variant with its `family`, `oracle`, `recovered_share` and `recovered_share_ci95`.
+`--report_only` writes the report from the runs finished so far.
+
+The runs go to ROOT/methods_v2/NAME; the PRMs to
 ROOT/methods_v2/_prm/{pav,truth}. The SFT policy is ground_v2's (`sft.seed = 0` pins it; a link
 from ROOT/methods_v2/_sft to ROOT/ground_v2/_sft saves its 7 minutes, else the launcher trains it
 again, bit for bit the same), so every run pairs with ground_v2's `grpo_g4` and `oracle_prm` of
-the same seed. The report is `experiments.report` over both directories with
-`--oracle=METHOD:oracle_prm` (the share of the oracle's gain recovered); experiments/README,
-"Which method helps, and how much", has the commands and the table.
+the same seed. The report is `experiments.report` over both directories with each variant's
+family oracle (`--oracle=METHOD:ORACLE`, the share of the oracle's gain recovered);
+experiments/README, "Which method helps, and how much", has the table.
 
 Process rewards (oracle: `oracle_prm`, PAV with a perfect prover):
   pav_bok4_a1, pav_bok4_a2  PAV (ALGORITHMS.md §5.1) with a PRM fitted on Monte Carlo labels of
@@ -43,6 +48,7 @@ Rollout engines (oracle: `oracle_treepo`, TreePO cut at step boundaries):
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -87,6 +93,19 @@ def variants(root: str = "runs/sweeps") -> dict:
   }
 
 
+# Each variant's family and the ground_v2 oracle it is placed against.
+FAMILIES = {
+    "pav_bok4_a1": ("process reward", "oracle_prm"),
+    "pav_bok4_a2": ("process reward", "oracle_prm"),
+    "pav_truth_a1": ("process reward", "oracle_prm"),
+    "prime_ratio": ("process reward", "oracle_prm"),
+    "echo_measured": ("rollout engine", "oracle_treepo"),
+}
+# ground_v2's runs every table reads beside these: the baseline, G = 8 (the tokens target) and
+# the oracles.
+GROUND = ("grpo_g4", "grpo_g8", "oracle_prm", "oracle_treepo")
+
+
 def get_sweep(root: str = "runs/sweeps", split: str = "test") -> list[dict]:
   """One dict per run (overrides plus 'name'), seed by seed."""
   seeds = DEV_SEEDS if split == "dev" else TEST_SEEDS
@@ -102,26 +121,69 @@ def prm_command(root: str, name: str) -> list[str]:
       f"--{k}={v}" for k, v in PRMS[name].items()]
 
 
+def report_command(root: str, out: str, split: str = "test") -> list[str]:
+  """argv of `experiments.report` over the finished runs and ground_v2's (OUT.{md,png,json})."""
+  ground = [f"--workdirs={root}/ground_v2/{name}_seed*" for name in GROUND]
+  oracles = ",".join(f"{v}:{o}" for v, (_, o) in FAMILIES.items())
+  return [sys.executable, "-m", "experiments.report", f"--workdirs={root}/methods_v2/[!_]*",
+          *ground, f"--baseline={ground_v2.BASELINE}", f"--oracle={oracles}", f"--split={split}",
+          f"--out={out}.md", f"--png={out}.png", f"--json={out}.json"]
+
+
+def add_families(json_path: str) -> None:
+  """Adds `family` to each variant object of the report's JSON (the ground's own variants:
+  'baseline', 'budget' or 'oracle'), and its `oracle`, `recovered_share` and
+  `recovered_share_ci95` as plain fields (report.py's object, with its seeds and whether the
+  oracle's gain is resolved, moves to `recovered`; null where the variant has no oracle)."""
+  with open(json_path) as f:
+    data = json.load(f)
+  for v in data["variants"]:
+    name = v["name"]
+    v["family"] = (FAMILIES[name][0] if name in FAMILIES else "baseline"
+                   if name == ground_v2.BASELINE else "oracle" if name.startswith("oracle_")
+                   else "budget")
+    rec = v.pop("recovered_share", None) or {}
+    v.update(oracle=rec.get("oracle"), recovered_share=rec.get("share"),
+             recovered_share_ci95=rec.get("ci95"), recovered=rec or None)
+  with open(json_path, "w") as f:
+    json.dump(data, f, indent=1)
+
+
 if __name__ == "__main__":
   _ROOT = flags.DEFINE_string("workdir_root", "runs/sweeps", "Runs go to ROOT/methods_v2/NAME.")
   _JOBS = flags.DEFINE_integer("jobs", 2, "Runs at once after the shared SFT.", lower_bound=1)
   _SPLIT = flags.DEFINE_enum("split", "test", ["dev", "test"],
                              "dev: the screening seeds 0-2; test: the table's seeds 0-4.")
   _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands instead of running them.")
+  _OUT = flags.DEFINE_string("out_dir", "experiments/sweeps",
+                             "Where methods_v2_report.{md,png,json} go (the dev screen: "
+                             "methods_v2_dev_report).")
+  _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Write the report from the runs that "
+                                   "have finished so far; start none.")
 
   def main(argv):
     if len(argv) > 1:
       raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     root = _ROOT.value
-    steps = launch.plan(get_sweep(root, _SPLIT.value), BASE_CONFIG,
-                        os.path.join(root, "methods_v2"), True, launch.base_sft_seed(BASE_CONFIG))
-    launch.execute(steps[:1], 1, _DRY_RUN.value)  # the shared SFT
-    for name in PRMS:
-      cmd = prm_command(root, name)
-      if _DRY_RUN.value:
-        print(" ".join(cmd))
-      elif not os.path.exists(os.path.join(prm_dir(root, name), "prm.json")):
-        subprocess.run(cmd, check=True)
-    launch.execute(steps[1:], _JOBS.value, _DRY_RUN.value)
+    if not _REPORT_ONLY.value:
+      steps = launch.plan(get_sweep(root, _SPLIT.value), BASE_CONFIG,
+                          os.path.join(root, "methods_v2"), True,
+                          launch.base_sft_seed(BASE_CONFIG))
+      launch.execute(steps[:1], 1, _DRY_RUN.value)  # the shared SFT
+      for name in PRMS:
+        cmd = prm_command(root, name)
+        if _DRY_RUN.value:
+          print(" ".join(cmd))
+        elif not os.path.exists(os.path.join(prm_dir(root, name), "prm.json")):
+          subprocess.run(cmd, check=True)
+      launch.execute(steps[1:], _JOBS.value, _DRY_RUN.value)
+    out = os.path.join(_OUT.value, "methods_v2_report" if _SPLIT.value == "test" else
+                       "methods_v2_dev_report")
+    report = report_command(root, out, _SPLIT.value)
+    if _DRY_RUN.value:
+      print(" ".join(report))
+      return
+    subprocess.run(report, check=True)
+    add_families(out + ".json")
 
   app.run(main)
