@@ -85,6 +85,8 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
   SFT before any RL run."""
   runs = methods_v2.get_sweep(str(tmp_path))
   assert {r["seed"] for r in runs} == set(range(5))
+  for name in methods_v2.SCREENED_OUT:  # the screen's seeds only
+    assert {r["seed"] for r in runs if r["name"].startswith(name + "_seed")} == {0, 1, 2}
   assert {r["seed"] for r in methods_v2.get_sweep(str(tmp_path), "dev")} == {0, 1, 2}
   for run in runs:
     config = ladder2_config.get_config()
