@@ -62,3 +62,12 @@ def test_measured_thresholds_branch_once_at_a_06_04_decision_and_the_reference_n
   assert not reference["branch"].any()  # H_high 3.5 sits above any two-way choice
   # A confident step (0.99/0.01) stays below the measured H_high.
   assert not es.statistics(_logits(p=(0.99, 0.01)), mask, measured)["branch"].any()
+
+
+def test_cli_refuses_a_bad_override_in_one_line_before_any_work(tmp_path):
+  import subprocess, sys  # pylint: disable=import-outside-toplevel,multiple-imports
+  out = subprocess.run([sys.executable, "-m", "experiments.echo_survey",
+                        f"--workdir={tmp_path}", "--echo=entropy_high"], capture_output=True,
+                       text=True)
+  assert out.returncode != 0
+  assert "--echo='entropy_high': expected K=V" in out.stderr
