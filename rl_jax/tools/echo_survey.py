@@ -121,6 +121,11 @@ def survey(workdir: str, *, phase: str = "sft", num_prompts: int = 300, samples:
            seed: int = 0, batch_size: int = 64, overrides: dict | None = None) -> dict:
   """The statistics above for `samples` completions of `num_prompts` dev problems (spread over
   the strata) from the run's `phase` policy; `overrides` replace `config.rl.echo` fields."""
+  fields = sorted(f.name for f in dataclasses.fields(echo_rules.EchoOptions))
+  unknown = sorted(set(overrides or {}) - set(fields))
+  if unknown:
+    raise ValueError(f"echo overrides {unknown} are not fields of config.rl.echo; expected some "
+                     f"of {fields}")
   exp, policy = load_run(workdir, phase)
   if exp.config.task.name != "ladder":
     raise ValueError(f"echo_survey reads the ladder's carrying steps; the run's task is "

@@ -71,3 +71,9 @@ def test_cli_refuses_a_bad_override_in_one_line_before_any_work(tmp_path):
                        text=True)
   assert out.returncode != 0
   assert "--echo='entropy_high': expected K=V" in out.stderr
+
+
+def test_an_unknown_override_is_named_before_the_run_is_read(tmp_path):
+  import pytest  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match=r"echo overrides \['entropy_hi'\] are not fields"):
+    es.survey(str(tmp_path / "no_run"), overrides={"entropy_hi": 0.3})
