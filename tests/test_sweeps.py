@@ -96,6 +96,7 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
     assert config.rl.prompts_per_step * config.rl.group_size == 128, run["name"]
     assert launch._shares_sft(run), run["name"]  # pairs with ground_v2's runs of the same seed
   v = methods_v2.variants(str(tmp_path))
+  assert set(methods_v2.FAMILIES) == set(v)  # every preset is placed against an oracle
   assert v["pav_truth_a1"]["rl.process.prm_dir"] == os.path.join(
       str(tmp_path), "methods_v2", "_prm", "truth", "truth")
   config = ladder2_config.get_config()

@@ -83,10 +83,9 @@ def token_kinds(tokenizer, tokens: np.ndarray, n: int, text: str) -> np.ndarray:
 
 @functools.partial(jax.jit, static_argnames="cfg")
 def _logits(params, prompt, prompt_mask, tokens, mask, cfg):
-  p = prompt.shape[1]
-  hidden = models.hidden_states(cfg, params, jnp.concatenate([prompt, tokens], 1),
-                                jnp.concatenate([prompt_mask, mask], 1))[:, p - 1:-1]
-  return models.logits_from_hidden(cfg, params, hidden).astype(jnp.float32)
+  logits = models.forward(cfg, params, jnp.concatenate([prompt, tokens], 1),
+                          jnp.concatenate([prompt_mask, mask], 1))
+  return logits[:, prompt.shape[1] - 1:-1].astype(jnp.float32)
 
 
 def statistics(logits: np.ndarray, mask: np.ndarray, o: echo_rules.EchoOptions) -> dict:

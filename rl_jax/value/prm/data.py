@@ -165,7 +165,7 @@ def truth_labels(exp, comps: Completions, steps: steps_lib.Steps
   h = steps.end_pos.shape[1]
   checks = [exp.task.check_steps(t, e) for t, e in zip(comps.texts, comps.examples(exp))]
   right, lmask, kept = judge.true_labels(checks, comps.texts, steps.num_steps, h)
-  prefix = np.cumprod(right | ~lmask, axis=1).astype(bool) & lmask
+  prefix = judge.prefix_right(right, lmask)
   last = np.maximum(lmask.sum(1) - 1, 0)
   rows = np.arange(len(prefix))
   prefix[rows, last] &= comps.rewards > 0

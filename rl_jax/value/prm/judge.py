@@ -69,12 +69,28 @@ def predicted_first(q: np.ndarray, lmask: np.ndarray, tau: float) -> np.ndarray:
   return first_false(q >= tau, lmask)
 
 
+def prefix_right(labels: np.ndarray, lmask: np.ndarray) -> np.ndarray:
+  """[R, H] whether every masked segment up to and including h is right (False off the mask)."""
+  return np.cumprod(labels | ~lmask, axis=1).astype(bool) & lmask
+
+
+def progress(q: np.ndarray, v0: np.ndarray) -> np.ndarray:
+  """[R, H] q_h − q_{h−1}, with q_{−1} = v0 (the value at the bare prompt)."""
+  return q - np.concatenate([np.asarray(v0)[:, None], q[:, :-1]], axis=1)
+
+
 def predicted_first_progress(q: np.ndarray, v0: np.ndarray, lmask: np.ndarray, delta: float
                              ) -> np.ndarray:
   """[R] the first segment whose progress q_h − q_{h−1} (q_{−1} = v0) is below −delta, or the
   number of masked segments when none is."""
-  prev = np.concatenate([np.asarray(v0)[:, None], q[:, :-1]], axis=1)
-  return first_false(q - prev >= -delta, lmask)
+  return first_false(progress(q, v0) >= -delta, lmask)
+
+
+def _calibrated(predict, f_true: np.ndarray, rows: np.ndarray) -> float:
+  """The threshold of TAUS whose predictions `predict(rows, x)` hit `f_true[rows]` most often
+  (ties: the one nearest 0.5)."""
+  acc = {x: float(np.mean(predict(rows, x) == f_true[rows])) for x in TAUS}
+  return max(acc, key=lambda x: (acc[x], -abs(x - 0.5)))
 
 
 def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -104,18 +120,14 @@ def judge(q: np.ndarray, v0: np.ndarray, labels: np.ndarray, lmask: np.ndarray,
   f_true = first_false(labels, lmask)
   half = problem < np.median(np.unique(problem)) if len(np.unique(problem)) > 1 else \
       np.ones(len(problem), bool)
-  calib = {tau: float(np.mean(predicted_first(q[half], lmask[half], tau) == f_true[half]))
-           for tau in TAUS}
-  tau = max(calib, key=lambda t: (calib[t], -abs(t - 0.5)))
-  calib_p = {d: float(np.mean(predicted_first_progress(q[half], v0[half], lmask[half], d)
-                              == f_true[half])) for d in TAUS}
-  delta = max(calib_p, key=lambda d: (calib_p[d], -abs(d - 0.5)))
+  tau = _calibrated(lambda m, t: predicted_first(q[m], lmask[m], t), f_true, half)
+  delta = _calibrated(lambda m, d: predicted_first_progress(q[m], v0[m], lmask[m], d), f_true,
+                      half)
   test = ~half if (~half).any() else half
   hit = predicted_first(q, lmask, tau) == f_true
   wrong = f_true < lmask.sum(1)
   hit05 = predicted_first(q, lmask, 0.5) == f_true
   upto = lmask & (np.arange(lmask.shape[1])[None] <= f_true[:, None])
-  prev = np.concatenate([v0[:, None], q[:, :-1]], axis=1)
   const = np.bincount(f_true[half]).argmax()  # the best constant guess, for reference
   return {
       "rows": int(len(q)), "rows_with_error": int(wrong.sum()),
@@ -130,8 +142,8 @@ def judge(q: np.ndarray, v0: np.ndarray, labels: np.ndarray, lmask: np.ndarray,
       "first_wrong_acc_progress": float(np.mean(
           predicted_first_progress(q[test], v0[test], lmask[test], delta) == f_true[test])),
       "auroc": auroc(q[upto], labels[upto]),
-      "auroc_progress": auroc((q - prev)[upto], labels[upto]),
-      "auroc_all_steps_prefix": auroc(q[lmask], np.cumprod(labels | ~lmask, axis=1)[lmask] > 0),
+      "auroc_progress": auroc(progress(q, v0)[upto], labels[upto]),
+      "auroc_all_steps_prefix": auroc(q[lmask], prefix_right(labels, lmask)[lmask]),
   }
 
 
