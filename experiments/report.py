@@ -28,7 +28,9 @@ of freedom) of:
     shared SFT);
   * with `--oracle`, the share of the oracle's gain that the variant recovers,
     (method - baseline) / (oracle - baseline), over the seeds that all three ran
-    (`recovered_share`: the ratio of the mean paired differences, and the delta-method interval);
+    (`recovered_share`: the ratio of the mean paired differences, and the delta-method interval;
+    `variant:oracle:baseline` measures it from the family's own baseline, e.g. GRPO on the same
+    prompt pool);
   * tokens to target: rollout tokens at which the curve first reaches the target accuracy
     (linear between evaluations). The default target is paired: the final dev accuracy of the
     baseline's run with the same seed (the same SFT policy in a sweep with a shared SFT; the
@@ -69,7 +71,8 @@ from absl import app, flags
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from experiments.report_stats import interval, paired, parse_oracles, recovered_share
+from experiments.report_stats import (interval, oracle_baselines, paired, parse_oracles,
+                                      recovered_share)
 from rl_jax.metrics import read_metrics
 
 _WORKDIRS = flags.DEFINE_multi_string("workdirs", None, "Glob(s) of run work dirs.")
@@ -85,7 +88,8 @@ _ORACLE = flags.DEFINE_string(
     "oracle", None, "Adds the column 'share of the oracle's gain recovered', (variant - baseline) "
     "/ (oracle - baseline): one oracle variant for every variant ('oracle_prm'), or "
     "variant:oracle pairs ('knapsack:oracle_knapsack,pav:oracle_prm'; a bare name among them is "
-    "the default).")
+    "the default); variant:oracle:baseline measures that variant's share from its own family "
+    "baseline (e.g. GRPO on the same prompt pool).")
 _JSON = flags.DEFINE_string("json", None, "JSON output path (optional): one object per variant "
                             "(`json_report`).")
 _TARGET = flags.DEFINE_float("target", None, "Target accuracy for tokens-to-target (default: "
@@ -218,6 +222,7 @@ def efficiency(runs: list[dict], baseline: str | None = None, target: float | No
                      f"{sorted(groups)}")
   key = accuracy_key(runs, split)
   oracles = parse_oracles(oracle, groups, baseline)
+  bases = oracle_baselines(oracle, groups, baseline)
   finals = {v: {r["seed"]: r[key] for r in group} for v, group in groups.items()}
   base_final = {r["seed"]: r["rl_accuracy"] for r in groups[baseline]}  # The dev curve's target.
   mean_final = float(np.mean(list(base_final.values())))
@@ -237,7 +242,8 @@ def efficiency(runs: list[dict], baseline: str | None = None, target: float | No
         final=interval([r[key] for r in group]),
         dev_final=interval([r["rl_accuracy"] for r in group]),
         delta=deltas.get(baseline, nan2), paired_delta=deltas,
-        recovered=(recovered_share(finals[variant], finals[oracles[variant]], finals[baseline])
+        recovered=(dict(recovered_share(finals[variant], finals[oracles[variant]],
+                                        finals[bases[variant]]), baseline=bases[variant])
                    if variant in oracles else None),
         reached=sum(np.isfinite(reach)),
         to_target=interval(reach) if all(np.isfinite(reach)) else nan2,
@@ -247,7 +253,7 @@ def efficiency(runs: list[dict], baseline: str | None = None, target: float | No
               auc_tokens=max_tokens, accuracy_key=key, oracles=oracles)
 
 
-def _share_cell(v: dict, oracle: str, name_it: bool) -> str:
+def _share_cell(v: dict, oracle: str, name_it: bool, baseline: str = "") -> str:
   rec = v["recovered"]
   if rec is None:
     return "-"
@@ -255,7 +261,8 @@ def _share_cell(v: dict, oracle: str, name_it: bool) -> str:
     cell = f"{rec['share']:.2f} (oracle gain not resolved)"
   else:
     cell = _pm(rec["share"], rec["ci95"], "{:.2f}")
-  return f"{cell} of {oracle}" if name_it else cell
+  over = f" over {rec['baseline']}" if rec["baseline"] != baseline else ""
+  return f"{cell} of {oracle}{over}" if name_it or over else cell
 
 
 def markdown(runs: list[dict], baseline: str | None = None, target: float | None = None,
@@ -283,7 +290,8 @@ def markdown(runs: list[dict], baseline: str | None = None, target: float | None
   for variant, v in eff["variants"].items():
     reached = (_pm(*v["to_target"], fmt="{:,.0f}") if v["reached"] == v["seeds"]
                else f"reached {v['reached']}/{v['seeds']}")
-    share = [_share_cell(v, oracles.get(variant), name_oracle)] if oracles else []
+    share = ([_share_cell(v, oracles.get(variant), name_oracle, eff["baseline"])]
+             if oracles else [])
     means = [fmt.format(v["means"][k]) for _, k, fmt in COLUMNS[1:]]
     lines.append(" | ".join([f"| {variant}", str(v["seeds"]), _pm(*v["final"]),
                              _pm(*v["delta"]), *share, reached, _pm(*v["auc"]), *means]) + " |")
@@ -330,7 +338,7 @@ def json_report(runs: list[dict], baseline: str | None = None, target: float | N
                                                                        "rollout_tokens")})
     if v["recovered"] is not None:
       rec = v["recovered"]
-      obj["recovered_share"] = dict(oracle=eff["oracles"][name], baseline=eff["baseline"],
+      obj["recovered_share"] = dict(oracle=eff["oracles"][name], baseline=rec["baseline"],
                                     share=_num(rec["share"]), ci95=_num(rec["ci95"]),
                                     seeds=rec["seeds"], resolved=rec["resolved"])
     variants.append(obj)

@@ -70,14 +70,36 @@ def recovered_share(method: dict, oracle: dict, baseline: dict) -> dict:
 def parse_oracles(spec: str | None, variants, baseline: str) -> dict[str, str]:
   """{variant: its oracle variant} from `--oracle`: one name (the oracle of every variant), or
   comma-separated `variant:oracle` pairs, a bare name among them being the default for the
-  variants not named. The baseline and the oracles themselves get none. Unknown names raise."""
-  if not spec:
-    return {}
-  default, pairs = None, {}
-  for item in (x.strip() for x in spec.split(",") if x.strip()):
+  variants not named. A pair may name its family's own baseline, `variant:oracle:baseline`
+  (`oracle_baselines`). The baselines and the oracles themselves get none. Unknown names
+  raise."""
+  default, pairs, bases = _parse_oracle_spec(spec, variants)
+  oracles = {*pairs.values(), default}
+  out = {v: pairs.get(v, default) for v in variants
+         if v != baseline and v not in oracles and v not in bases.values()}
+  return {v: o for v, o in out.items() if o is not None}
+
+
+def oracle_baselines(spec: str | None, variants, baseline: str) -> dict[str, str]:
+  """{variant: the baseline its share is measured from}: the third field of a
+  `variant:oracle:baseline` pair of `--oracle`, else `baseline` (the report's)."""
+  _, _, bases = _parse_oracle_spec(spec, variants)
+  return {v: bases.get(v, baseline) for v in parse_oracles(spec, variants, baseline)}
+
+
+def _parse_oracle_spec(spec: str | None, variants) -> tuple:
+  """(default oracle, {variant: oracle}, {variant: baseline}) of `--oracle`; raises for two
+  defaults, a malformed pair or a name that is not among `variants`."""
+  default, pairs, bases = None, {}, {}
+  for item in (x.strip() for x in (spec or "").split(",") if x.strip()):
     if ":" in item:
-      variant, oracle = (x.strip() for x in item.split(":", 1))
-      pairs[variant] = oracle
+      parts = [x.strip() for x in item.split(":")]
+      if len(parts) > 3 or not all(parts):
+        raise ValueError(f"--oracle={spec!r}: {item!r} is not variant:oracle or "
+                         "variant:oracle:baseline")
+      pairs[parts[0]] = parts[1]
+      if len(parts) == 3:
+        bases[parts[0]] = parts[2]
     elif default is None:
       default = item
     else:
@@ -85,10 +107,9 @@ def parse_oracles(spec: str | None, variants, baseline: str) -> dict[str, str]:
                        "give the others as variant:oracle")
   variants = list(variants)
   unknown = sorted({v for v in pairs if v not in variants} |
-                   {o for o in [*pairs.values(), default] if o is not None and o not in variants})
+                   {o for o in [*pairs.values(), *bases.values(), default]
+                    if o is not None and o not in variants})
   if unknown:
     raise ValueError(f"--oracle={spec!r} names {unknown}, which are not variants of these runs; "
                      f"expected names from {sorted(variants)}")
-  oracles = {*pairs.values(), default}
-  out = {v: pairs.get(v, default) for v in variants if v != baseline and v not in oracles}
-  return {v: o for v, o in out.items() if o is not None}
+  return default, pairs, bases

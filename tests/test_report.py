@@ -269,6 +269,29 @@ def test_markdown_reports_test_split_and_recovered_share(tmp_path):
   assert "| 15.00 (oracle gain not resolved) of weak_oracle |" in text
 
 
+def test_a_family_measures_its_share_from_its_own_baseline(tmp_path):
+  """`variant:oracle:baseline`: pav's share of oracle_prm's gain over weak_oracle (a family run on
+  its own prompt pool, say): pav - weak = 0.04, 0.08, 0.02 and oracle - weak = 0.08, 0.14, 0.07,
+  so R = 0.14 / 0.29 = 0.4828; the family's baseline gets no share itself, its paired delta to
+  the report's baseline stays."""
+  runs = _ground(tmp_path)
+  spec = "pav:oracle_prm:weak_oracle"
+  assert report.parse_oracles(spec, TEST_FINALS, "grpo") == {"pav": "oracle_prm"}
+  data = report.json_report(runs, baseline="grpo", oracle=spec)
+  by = {v["name"]: v for v in data["variants"]}
+  rec = by["pav"]["recovered_share"]
+  assert (rec["oracle"], rec["baseline"], rec["seeds"]) == ("oracle_prm", "weak_oracle", 3)
+  assert rec["share"] == pytest.approx(0.14 / 0.29) and rec["resolved"]
+  assert "recovered_share" not in by["weak_oracle"]
+  assert by["pav"]["paired_delta"]["grpo"][0] == pytest.approx(0.05)
+  text = report.markdown(runs, baseline="grpo", oracle=spec)
+  assert "| 0.48 ± " in text and " of oracle_prm over weak_oracle |" in text
+  with pytest.raises(ValueError, match="'pav:oracle_prm:weak_oracle:x' is not variant:oracle"):
+    report.parse_oracles(spec + ":x", TEST_FINALS, "grpo")
+  with pytest.raises(ValueError, match=r"names \['nope'\]"):
+    report.parse_oracles("pav:oracle_prm:nope", TEST_FINALS, "grpo")
+
+
 def test_json_report(tmp_path):
   runs = _ground(tmp_path)
   data = report.json_report(runs, baseline="grpo", oracle="oracle_prm")

@@ -25,6 +25,7 @@ from experiments.sweeps import (estimators, ground_v2, ground_v2_pilot, ladder_b
 from rl_jax import experiment, fingerprint, models
 from rl_jax.metrics import MetricsWriter
 from rl_jax.rollout import checks
+from rl_jax.rollout import requests as requests_lib
 from rl_jax.train import config_check, init_from, loop, phases
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,10 +94,16 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
     config.unlock()
     config.update_from_flattened_dict({k: v for k, v in run.items() if k != "name"})
     config_check.check(config)
-    assert config.rl.prompts_per_step * config.rl.group_size == 128, run["name"]
+    assert requests_lib.batch_rows(config) == 128, run["name"]  # G = 4's rows a step
+    if config.rl.advantage == "v05":  # its extra rounds draw on the rows the first one leaves
+      assert config.rl.prompts_per_step * config.rl.group_size == 96
+    else:
+      assert config.rl.prompts_per_step * config.rl.group_size == 128, run["name"]
     assert launch._shares_sft(run), run["name"]  # pairs with ground_v2's runs of the same seed
   v = methods_v2.variants(str(tmp_path))
-  assert set(methods_v2.FAMILIES) == set(v)  # every preset is placed against an oracle
+  # Every preset is placed against an oracle, or is a family's own baseline or oracle.
+  assert set(methods_v2.FAMILIES) | set(methods_v2.FAMILY_BASELINES) | set(
+      methods_v2.FAMILY_ORACLES) == set(v)
   assert v["pav_truth_a1"]["rl.process.prm_dir"] == os.path.join(
       str(tmp_path), "methods_v2", "_prm", "truth", "truth")
   config = ladder2_config.get_config()
@@ -411,15 +418,19 @@ def test_methods_v2_report_names_families_and_flattens_the_recovered_share(tmp_p
   assert "--split=dev" in cmd and "--baseline=grpo_g4" in cmd
   oracle = next(a for a in cmd if a.startswith("--oracle="))
   assert "pav_bok4_a1:oracle_prm" in oracle and "echo_measured:oracle_treepo" in oracle
+  # The allocators' share is measured from GRPO on their own prompt pool.
+  assert "knapsack_buf16:oracle_knapsack_pool:grpo_g4_pool" in oracle.split("=", 1)[1].split(",")
   path = tmp_path / "r.json"
   rec = dict(oracle="oracle_prm", baseline="grpo_g4", share=0.4, ci95=0.2, seeds=5, resolved=True)
   path.write_text(json.dumps({"variants": [
       {"name": "grpo_g4"}, {"name": "grpo_g8"}, {"name": "oracle_prm"},
-      {"name": "pav_bok4_a1", "recovered_share": rec}]}))
+      {"name": "pav_bok4_a1", "recovered_share": rec}, {"name": "grpo_g4_pool"},
+      {"name": "vade_pool"}]}))
   methods_v2.add_families(str(path))
   by = {v["name"]: v for v in json.loads(path.read_text())["variants"]}
-  assert [by[n]["family"] for n in ("grpo_g4", "grpo_g8", "oracle_prm", "pav_bok4_a1")] == [
-      "baseline", "budget", "oracle", "process reward"]
+  assert [by[n]["family"] for n in ("grpo_g4", "grpo_g8", "oracle_prm", "pav_bok4_a1",
+                                    "grpo_g4_pool", "vade_pool")] == [
+      "baseline", "budget", "oracle", "process reward", "baseline", "data selection"]
   assert (by["pav_bok4_a1"]["recovered_share"], by["pav_bok4_a1"]["recovered_share_ci95"],
           by["pav_bok4_a1"]["oracle"], by["pav_bok4_a1"]["recovered"]) == (0.4, 0.2, "oracle_prm",
                                                                             rec)

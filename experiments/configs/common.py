@@ -36,11 +36,13 @@ def allocation() -> ml_collections.ConfigDict:
     the budget by the allocator with the probe's outcomes added to the prompt's history (0 = the
     allocator sees the history only). min_n must equal probe when probe > 0.
   history_steps: the allocator sees the history of the last `history_steps` steps (0 = all).
+  history_rollouts: of that window, each prompt's newest rollouts only, up to this many (0 =
+    all; Knapsack RL's reward buffer is 16; a step's rows enter whole).
   candidates: prompts drawn per step for data-selection allocators (vade, insight), of which
     prompts_per_step enter the batch (0 = 4 x prompts_per_step).
   One sub-dict per allocator holds its options (defaults = the dataclass fields).
   """
-  fields = dict(min_n=1, probe=0, history_steps=0, candidates=0)
+  fields = dict(min_n=1, probe=0, history_steps=0, history_rollouts=0, candidates=0)
   for name in allocation_lib.ALLOCATORS.names():
     cls = allocation_lib.ALLOCATORS.get(name)
     fields[name] = ml_collections.ConfigDict(

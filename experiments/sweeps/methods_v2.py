@@ -44,6 +44,34 @@ Rollout engines (oracle: `oracle_treepo`, TreePO cut at step boundaries):
                      (c_b 20.8, above any C_t: -log 1e-9 = 20.7); a carry is a choice of two, so
                      at most 2 branches, and children may branch at their own next decision
                      (`nested`); the prune rule cut right and wrong completions alike, so it is off.
+
+Allocation and data selection (oracle: `oracle_knapsack_pool`; baseline: `grpo_g4_pool`). On the
+full train set a prompt is almost never drawn twice, so a history-based allocator has nothing
+to read; these run on a fixed pool of 400 train problems (`rl.prompt_pool`: 100 steps x 32
+prompts visit each about 8 times), with their own GRPO G = 4 on the same pool as the baseline
+their share is measured from. Every one spends G = 4's 128 rows a step; the ragged ones let a
+prompt get up to 32 (`rl.max_group_size`).
+  grpo_g4_pool       GRPO G = 4 on the pool.
+  oracle_knapsack_pool  Knapsack with the oracle prior (16 Monte Carlo samples of the current
+                     policy per prompt, not rollout tokens), min_n 1 as ground_v2's oracle, cap 32.
+  knapsack_buf16     Knapsack RL (§6.1) as its public code: p from the prompt's last 16 rollouts
+                     (`allocation.history_rollouts`), an estimate from 8 (`knapsack.min_obs`),
+                     min_n 2, the fallback on, a prompt without an estimate gets the mean (4; the
+                     reference's N = 8 is its mean), cap 32 (the reference: 128 of 2,048 rows).
+  dars_hw_pool       DARS (§6.2) Hardness Weighted, a = the prompt's accuracy over its last 16
+                     rollouts (the reference's stage 1 is 8 fresh rows; G = 4's budget has no
+                     room for them), N = min_n = 2, its wants scaled into the budget, cap 32.
+  xrpo_pool          XRPO (§6.3, the reconstructed priority): min_n 2, then one row at a time to
+                     the largest uncertainty reduction plus bonus, s from the last 16 rollouts.
+  vade_pool          VADE (§6.5): Thompson sampling on decayed Beta posteriors picks 32 of 128
+                     candidates; G = 4 each.
+  insight_pool       InSight (§6.4): the top 32 of 128 candidates by weighted mutual information.
+
+Value prior (oracle: `oracle_v05_eq`, V0.5 with the Monte Carlo prior):
+  v05_v0_eq          V0.5 (§4.2) with V0's learned prior at G = 4's rows: the first round is 24
+                     prompts x 4 (96 rows), and the extra rounds of prompts that reject the prior
+                     (doubling to 16) draw on the 32 rows the batch has left (`rl.rows` 128);
+                     unused rows are not spent, so its rollout tokens are at most G = 4's.
 """
 
 from __future__ import annotations
@@ -65,6 +93,22 @@ POLICY_LR = 4e-5  # ladder2.py's RL learning rate
 # ECHO's thresholds from `experiments.echo_survey` (see the module docstring).
 ECHO_MEASURED = {"entropy_high": 0.3, "entropy_low": 0.0, "branch_threshold": 20.8,
                  "max_branches": 2, "prune": False, "nested": True}
+
+# Allocators run on a fixed pool of POOL train problems (`rl.prompt_pool`), so that 100 steps of 32
+# prompts revisit each about 8 times and history-based estimates exist (on the full train set a
+# prompt is almost never seen twice); a prompt may get up to MAX_ROWS rows of the same 128-row
+# budget (`rl.max_group_size`).
+POOL = 400
+MAX_ROWS = 32
+ON_POOL = {"rl.prompt_pool": POOL}
+RAGGED = dict(ON_POOL, **{"rl.max_group_size": MAX_ROWS})
+
+# V0.5 (ALGORITHMS.md §4.2) inside G = 4's 128 rows a step: the first round samples G = 4 rows of
+# 24 prompts (96 rows) and the batch holds R_max = 128 (`rl.rows`), so the extra rounds of prompts
+# that reject their prior (doubling up to n_max = 16) draw on the 32 rows left; rows they do not
+# use are not spent, so V0.5's rollout tokens are at most G = 4's.
+V05_EQUAL_ROWS = {"rl.advantage": "v05", "rl.prompts_per_step": 24, "rl.rows": 128,
+                  "rl.max_group_size": 16, "rl.v05.n_max": 16}
 
 # How each PRM is trained (`experiments.train_prm` flags), from the shared SFT policy.
 PRMS = {
@@ -90,6 +134,24 @@ def variants(root: str = "runs/sweeps") -> dict:
                       "rl.process.norm": "batch"},
       "echo_measured": dict({"rl.rollout": "echo"},
                             **{f"rl.echo.{k}": v for k, v in ECHO_MEASURED.items()}),
+      # The allocators' family, all on the pool: its baseline and oracle first.
+      "grpo_g4_pool": dict(ON_POOL),
+      "oracle_knapsack_pool": dict(RAGGED, **{
+          "rl.allocator": "knapsack", "rl.allocator_prior": "oracle", "rl.allocation.min_n": 1}),
+      "knapsack_buf16": dict(RAGGED, **{
+          "rl.allocator": "knapsack", "rl.allocation.min_n": 2,
+          "rl.allocation.history_rollouts": 16, "rl.allocation.knapsack.min_obs": 8}),
+      "dars_hw_pool": dict(RAGGED, **{
+          "rl.allocator": "dars", "rl.allocation.min_n": 2, "rl.allocation.history_rollouts": 16,
+          "rl.allocation.dars.schedule": "hw"}),
+      "xrpo_pool": dict(RAGGED, **{
+          "rl.allocator": "xrpo", "rl.allocation.min_n": 2,
+          "rl.allocation.history_rollouts": 16}),
+      "vade_pool": dict(ON_POOL, **{"rl.allocator": "vade", "rl.max_group_size": 4}),
+      "insight_pool": dict(ON_POOL, **{"rl.allocator": "insight", "rl.max_group_size": 4}),
+      # V0.5 at G = 4's rows: its oracle (the Monte Carlo prior) and V0's learned prior.
+      "oracle_v05_eq": dict(V05_EQUAL_ROWS, **{"rl.v05.prior": "oracle"}),
+      "v05_v0_eq": dict(V05_EQUAL_ROWS, **{"rl.v05.prior": "v0"}),
   }
 
 
@@ -100,7 +162,16 @@ FAMILIES = {
     "pav_truth_a1": ("process reward", "oracle_prm"),
     "prime_ratio": ("process reward", "oracle_prm"),
     "echo_measured": ("rollout engine", "oracle_treepo"),
+    "knapsack_buf16": ("allocation", "oracle_knapsack_pool", "grpo_g4_pool"),
+    "dars_hw_pool": ("allocation", "oracle_knapsack_pool", "grpo_g4_pool"),
+    "xrpo_pool": ("allocation", "oracle_knapsack_pool", "grpo_g4_pool"),
+    "vade_pool": ("data selection", "oracle_knapsack_pool", "grpo_g4_pool"),
+    "insight_pool": ("data selection", "oracle_knapsack_pool", "grpo_g4_pool"),
+    "v05_v0_eq": ("value prior", "oracle_v05_eq"),
 }
+# The families' own baselines and oracles among the variants (not methods).
+FAMILY_BASELINES = ("grpo_g4_pool",)
+FAMILY_ORACLES = ("oracle_knapsack_pool", "oracle_v05_eq")
 # ground_v2's runs every table reads beside these: the baseline, G = 8 (the tokens target) and
 # the oracles.
 GROUND = ("grpo_g4", "grpo_g8", "oracle_prm", "oracle_treepo")
@@ -130,7 +201,7 @@ def prm_command(root: str, name: str) -> list[str]:
 def report_command(root: str, out: str, split: str = "test") -> list[str]:
   """argv of `experiments.report` over the finished runs and ground_v2's (OUT.{md,png,json})."""
   ground = [f"--workdirs={root}/ground_v2/{name}_seed*" for name in GROUND]
-  oracles = ",".join(f"{v}:{o}" for v, (_, o) in FAMILIES.items())
+  oracles = ",".join(":".join([v, *f[1:]]) for v, f in FAMILIES.items())
   return [sys.executable, "-m", "experiments.report", f"--workdirs={root}/methods_v2/[!_]*",
           *ground, f"--baseline={ground_v2.BASELINE}", f"--oracle={oracles}", f"--split={split}",
           f"--out={out}.md", f"--png={out}.png", f"--json={out}.json"]
@@ -145,9 +216,9 @@ def add_families(json_path: str) -> None:
     data = json.load(f)
   for v in data["variants"]:
     name = v["name"]
-    v["family"] = (FAMILIES[name][0] if name in FAMILIES else "baseline"
-                   if name == ground_v2.BASELINE else "oracle" if name.startswith("oracle_")
-                   else "budget")
+    v["family"] = (FAMILIES[name][0] if name in FAMILIES else
+                   "baseline" if name in (ground_v2.BASELINE, *FAMILY_BASELINES) else
+                   "oracle" if name.startswith("oracle_") else "budget")
     rec = v.pop("recovered_share", None) or {}
     v.update(oracle=rec.get("oracle"), recovered_share=rec.get("share"),
              recovered_share_ci95=rec.get("ci95"), recovered=rec or None)

@@ -148,7 +148,7 @@ def _check_allocation(config) -> None:
     allocator = planner.allocator_from_config(config)
   except (alloc_lib.AllocationError, TypeError) as e:
     raise ValueError(f"config.rl.allocation.{rl.allocator}: {e}") from e
-  for field in ("min_n", "probe", "history_steps", "candidates"):
+  for field in ("min_n", "probe", "history_steps", "history_rollouts", "candidates"):
     if not isinstance(a[field], int) or a[field] < 0:
       raise ValueError(f"config.rl.allocation.{field}={a[field]!r}; expected an integer >= 0")
   if not 0 <= rl.prompt_pool <= config.task.train_size:

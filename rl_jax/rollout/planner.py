@@ -80,11 +80,14 @@ def candidate_count(config) -> int:
 
 def history_stats(history: RolloutHistory, prompt_ids, step: int, history_steps: int = 0,
                   probe_attempts=None, probe_successes=None,
-                  p_hat=None) -> alloc_lib.PromptStats:
+                  p_hat=None, history_rollouts: int = 0) -> alloc_lib.PromptStats:
   """Per-prompt statistics for step `step`: the history of steps [step − history_steps, step)
-  (all earlier steps when 0), plus this step's probe rows when given."""
+  (all earlier steps when 0), of those each prompt's newest records up to `history_rollouts`
+  rollouts (0: all; `RolloutHistory.stats`' last_rollouts), plus this step's probe rows when
+  given."""
   since = max(step - history_steps, 0) if history_steps else 0
-  att, suc = history.stats(prompt_ids, since_step=since, before_step=step)
+  att, suc = history.stats(prompt_ids, since_step=since, before_step=step,
+                           last_rollouts=history_rollouts)
   if probe_attempts is not None:
     att = att + np.asarray(probe_attempts, np.int64)
     suc = suc + np.asarray(probe_successes, np.int64)
@@ -121,11 +124,13 @@ class StepAllocator:
     self.budget = budget_from_config(config)
     self.probe = config.rl.allocation.probe
     self.history_steps = config.rl.allocation.history_steps
+    self.history_rollouts = config.rl.allocation.history_rollouts
     self.num_candidates = num_candidates(config, self.allocator)
 
   def _run(self, history, ids, step, upto, p_hat):
     history = RolloutHistory() if history is None else history
-    stats = history_stats(history, ids, upto, self.history_steps)
+    stats = history_stats(history, ids, upto, self.history_steps,
+                          history_rollouts=self.history_rollouts)
     stats = alloc_lib.PromptStats(stats.prompt_ids, stats.attempts, stats.successes, p_hat, step)
     return stats, replay(self.allocator, history, step)
 

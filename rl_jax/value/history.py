@@ -73,9 +73,17 @@ class RolloutHistory:
     return self._cache
 
   def stats(self, prompt_ids: Iterable[int], *, since_step: int = 0,
-            before_step: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+            before_step: Optional[int] = None,
+            last_rollouts: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(attempts [B], successes [B]) summed over the records of each prompt with
-    `since_step <= step < before_step` (all steps by default); 0, 0 for an unseen prompt."""
+    `since_step <= step < before_step` (all steps by default); 0, 0 for an unseen prompt.
+
+    last_rollouts > 0: only each prompt's newest records (latest step first, later records of a
+    step first) up to the one that brings its attempts to `last_rollouts` (Knapsack RL's reward
+    buffer of the last 16 rollouts, ALGORITHMS.md §6.1). A record enters whole: the rows of one
+    step are not ordered, so the window may hold up to a record's attempts − 1 more."""
+    if last_rollouts < 0:
+      raise HistoryError(f"last_rollouts={last_rollouts}; expected >= 0 (0 = every record)")
     ids = np.asarray(list(prompt_ids) if not isinstance(prompt_ids, np.ndarray) else prompt_ids,
                      np.int64).reshape(-1)
     rec = self.records()
@@ -83,6 +91,15 @@ class RolloutHistory:
     if before_step is not None:
       keep &= rec["step"] < before_step
     rec = rec[keep]
+    if last_rollouts and len(rec):
+      order = np.arange(len(rec))
+      newest = np.lexsort((-order, -rec["step"], rec["prompt_id"]))  # Per prompt, newest first.
+      r = rec[newest]
+      cum = np.cumsum(r["attempts"])
+      first = np.r_[True, r["prompt_id"][1:] != r["prompt_id"][:-1]]
+      start = np.maximum.accumulate(np.where(first, np.arange(len(r)), 0))
+      before = cum - r["attempts"] - (cum[start] - r["attempts"][start])  # Attempts newer than it.
+      rec = r[before < last_rollouts]
     att, suc = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
     if len(rec) and len(ids):
       uniq, inv = np.unique(ids, return_inverse=True)

@@ -79,6 +79,45 @@ def test_prompt_stats_window_and_probe():
   assert s.attempts.tolist() == [4, 4] and s.successes.tolist() == [1, 4]
 
 
+def test_knapsack_from_eight_row_estimates_worked_numbers():
+  """ALGORITHMS.md §6.1's worked case through the planner, estimates from the history: p = 0.5
+  and 0.25 (8 and 16 rows), a p = 0 and a p = 1 prompt (8 rows each), one prompt with 4 rows (no
+  estimate: the budget's mean, 3). Budget 5 x 3 = 15 rows, min_n 2: 2 + 2 + 2 + 2 + 3 = 11, so
+  R = 4 extra rows; the fallback's estimate (int(3.32) + int(8.00) = 11 >= 4) sends none to the
+  p = 0 prompt; greedy gains 0.03125, 0.02637, 0.01648, 0.01563 give k = (2, 2)."""
+  c = _config(**{"allocator": "knapsack", "prompts_per_step": 5, "group_size": 3,
+                 "max_group_size": 32, "allocation.min_n": 2, "allocation.history_rollouts": 16})
+  config_check.check(c)
+  h = RolloutHistory()
+  h.record(2, [10, 11, 12, 13, 14], [8, 16, 8, 8, 4], [4, 4, 0, 8, 1])
+  counts = planner.StepAllocator(c).first(5, [10, 11, 12, 13, 14], h, np.random.default_rng(0))
+  assert counts.tolist() == [4, 4, 2, 2, 3]
+
+
+def test_knapsack_gives_a_hard_prompt_up_to_the_32_row_cap():
+  """One hard-but-solvable prompt (1 right of its last 16 rows) among 15 solved ones (8 of 8
+  right), 16 x 4 = 64 rows, min_n 2: every extra row goes to the hard prompt up to the 32-row cap
+  (30 extra; its fallback cost log 0.1 / log(15/16) = 35.7 rows), the 2 left over to the first
+  solved ones. With the whole history instead of the 16-row buffer, the hard prompt's older
+  failures (16 of 16 wrong at step 0) make it p = 1/32. Unestimated prompts (< 8 rows) get the
+  budget's mean."""
+  ids = list(range(16))
+  h = RolloutHistory()
+  h.record(0, [0], [16], [0])
+  h.record(7, ids, [16] + [8] * 15, [1] + [8] * 15)
+  c = _config(**{"allocator": "knapsack", "prompts_per_step": 16, "group_size": 4,
+                 "max_group_size": 32, "allocation.min_n": 2, "allocation.history_rollouts": 16})
+  sa = planner.StepAllocator(c)
+  counts = sa.first(9, ids, h, np.random.default_rng(0))
+  assert counts[0] == 32 and counts.sum() == 64 and sorted(counts[1:].tolist()) == [2] * 13 + [3] * 2
+  stats = planner.history_stats(h, [0], 9, history_rollouts=16)
+  assert (stats.attempts[0], stats.successes[0]) == (16, 1)
+  assert planner.history_stats(h, [0], 9).attempts[0] == 32
+  h.record(8, [100], [4], [2])
+  counts = sa.first(9, [100] + ids[1:], h, np.random.default_rng(0))
+  assert counts[0] == 4  # 4 rows seen: no estimate (min_obs 8), the mean
+
+
 def test_allocation_metrics():
   groups = [np.array([1.0, 0, 0, 1]), np.array([0.0, 0]), np.array([1.0] * 10),
             np.array([1.0, 0])]

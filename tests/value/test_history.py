@@ -27,6 +27,22 @@ def test_stats_sum_records_per_prompt_and_filter_steps():
   assert len(h) == 4
 
 
+def test_stats_of_the_last_rollouts_take_newest_records_whole():
+  """Knapsack's 16-rollout buffer at record granularity: newest step first, a record enters
+  whole, and the window stops at the record that reaches the count."""
+  h = RolloutHistory()
+  h.record(step=1, prompt_ids=[5, 9], attempts=[8, 4], successes=[0, 4])
+  h.record(step=3, prompt_ids=[5, 9], attempts=[4, 4], successes=[4, 0])
+  h.record(step=5, prompt_ids=[5], attempts=[8], successes=[8])
+  assert [x.tolist() for x in h.stats([5, 9, 11])] == [[20, 8, 0], [12, 4, 0]]
+  assert [x.tolist() for x in h.stats([5, 9, 11], last_rollouts=4)] == [[8, 4, 0], [8, 0, 0]]
+  assert [x.tolist() for x in h.stats([5, 9, 11], last_rollouts=12)] == [[12, 8, 0], [12, 4, 0]]
+  assert [x.tolist() for x in h.stats([5, 9], last_rollouts=13)] == [[20, 8], [12, 4]]
+  assert [x.tolist() for x in h.stats([5], last_rollouts=4, before_step=5)] == [[4], [4]]
+  with pytest.raises(HistoryError, match="last_rollouts=-1; expected >= 0"):
+    h.stats([5], last_rollouts=-1)
+
+
 def test_state_and_jsonl_round_trip(tmp_path):
   h = _history()
   assert RolloutHistory.from_state(h.state()) == h
