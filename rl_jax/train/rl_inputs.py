@@ -70,9 +70,10 @@ def advantages(rewards: jax.Array, rollout: Rollout, hyper,
   r, opts = _estimator_inputs(r_rk, scalar, rollout, hyper, accepts, token_kl, grouped)
   if "tree" in accepts:
     opts["tree"] = _tree_per_prompt(rollout, hyper.advantage, g)
-  adv, weight = fn(r, rollout.valid.reshape(-1, g), **opts)
+  valid = rollout.valid.reshape(-1, g)
+  adv, weight = fn(r, valid, **opts)
   if getattr(hyper, "process_reward", "none") != "none":
-    adv, weight = _process_advantages(adv, weight, scalar, rollout, hyper)
+    adv, weight = _process_advantages(adv, weight, scalar, rollout, hyper, grouped, valid)
   adv = adv.reshape((n_rows,) + adv.shape[2:])
   return adv, weight.reshape(-1), scalar
 
@@ -121,6 +122,8 @@ def _ragged_advantages(rewards, rollout: Rollout, hyper, token_kl):
   if "tree" in accepts:
     opts["tree"] = _ragged_tree(rollout, hyper.advantage, b, grouped)
   adv, weight = fn(r, valid, **opts)
+  if getattr(hyper, "process_reward", "none") != "none":
+    adv, weight = _process_advantages(adv, weight, scalar, rollout, hyper, grouped, valid)
   return from_groups(adv, seg, rank), from_groups(weight, seg, rank), scalar
 
 
@@ -158,21 +161,22 @@ def _prior(rollout: Rollout, name: str) -> jax.Array:
                      "(set by the 'v05_extra' round rule); got a rollout without one")
   return jnp.asarray(rollout.prior, jnp.float32)
 
-def _process_advantages(adv, weight, scalar, rollout: Rollout, hyper):
+def _process_advantages(adv, weight, scalar, rollout: Rollout, hyper, grouped, valid):
   """The registered process estimator (`rl.process_rewards`) on the outcome advantage [B, G] and
-  the rollout's step rewards -> token advantages [B, G, T] (rows keep the outcome's weight)."""
+  the rollout's step rewards -> token advantages [B, G, T] (rows keep the outcome's weight).
+  `grouped` maps rows [R, ...] to groups [B, G, ...] (a reshape, or the ragged scatter with
+  G = G_max), `valid` [B, G] the group slots that hold a row."""
   if rollout.step_rewards is None:
     raise ValueError(f"process_reward={hyper.process_reward!r} needs a rollout with "
                      "step_rewards and step_of (value.prm.process.ProcessScorer fills them)")
   if adv.ndim != 2:
     raise ValueError(f"process_reward={hyper.process_reward!r} adds to a per-row outcome "
                      f"advantage; estimator {hyper.advantage!r} gives token advantages")
-  g, t = hyper.group_size, rollout.mask.shape[-1]
   fn = process_rewards.PROCESS_ADVANTAGES.get(hyper.process_reward)
-  tok_adv, w = fn(scalar.reshape(-1, g), rollout.valid.reshape(-1, g), outcome_adv=adv,
-                  step_rewards=rollout.step_rewards.reshape(-1, g, t),
-                  step_of=rollout.step_of.reshape(-1, g, t), mask=rollout.mask.reshape(-1, g, t),
-                  **dict(hyper.process_options))
+  tok_adv, w = fn(grouped(scalar), valid, outcome_adv=adv,
+                  step_rewards=grouped(jnp.asarray(rollout.step_rewards)),
+                  step_of=grouped(jnp.asarray(rollout.step_of)),
+                  mask=grouped(jnp.asarray(rollout.mask), False), **dict(hyper.process_options))
   return tok_adv, weight * w
 
 

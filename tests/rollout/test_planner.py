@@ -145,6 +145,51 @@ def test_ragged_advantages_equal_dense_groups():
                                               num_groups=b, max_group_size=gm))
 
 
+@pytest.mark.parametrize("kind", ["pav", "oracle"])
+def test_ragged_process_rewards_equal_dense_groups(kind):
+  """PAV (and the oracle, PAV's estimator) on a ragged batch, rows shuffled, padding rows with
+  step rewards of 9 == the dense [B, G_max] batch with the same groups, token by token."""
+  rng = np.random.default_rng(1)
+  b, gm, t = 3, 4, 5
+  counts = np.array([4, 1, 3])
+  rows = [(i, j) for i in range(b) for j in range(counts[i])]
+  order = rng.permutation(len(rows))
+  n = len(rows) + 2
+  r_dense = rng.normal(size=(b, gm)).astype(np.float32)
+  sr_dense = rng.normal(size=(b, gm, t)).astype(np.float32)
+  so_dense = np.tile(np.array([0, 0, 1, 1, 2], np.int32), (b, gm, 1))
+  pick = lambda x, pad: np.concatenate([np.stack([x[rows[o]] for o in order]), pad])
+  ro = Rollout(prompt_tokens=np.zeros((n, 1), np.int32), prompt_mask=np.ones((n, 1), bool),
+               tokens=np.zeros((n, t), np.int32), mask=np.ones((n, t), bool),
+               logp=np.zeros((n, t), np.float32),
+               group=np.array([rows[o][0] for o in order] + [b, b], np.int32),
+               valid=np.arange(n) < len(rows),
+               step_rewards=pick(sr_dense, np.full((2, t), 9.0, np.float32)),
+               step_of=pick(so_dense, np.zeros((2, t), np.int32)))
+  rewards = pick(r_dense, np.full(2, 5.0, np.float32))
+  opts = (("alpha", 0.5),)
+  hyper = RLHyper(group_size=2, advantage="grpo", num_groups=b, max_group_size=gm,
+                  process_reward=kind, process_options=opts)
+  adv, weight, _ = rl_inputs.advantages(rewards, ro, hyper)
+  dense_ro = Rollout(prompt_tokens=np.zeros((b * gm, 1), np.int32),
+                     prompt_mask=np.ones((b * gm, 1), bool), tokens=np.zeros((b * gm, t), np.int32),
+                     mask=np.ones((b * gm, t), bool), logp=np.zeros((b * gm, t), np.float32),
+                     group=np.repeat(np.arange(b), gm).astype(np.int32),
+                     valid=(np.arange(gm)[None, :] < counts[:, None]).reshape(-1),
+                     step_rewards=sr_dense.reshape(-1, t), step_of=so_dense.reshape(-1, t))
+  want, want_w, _ = rl_inputs.advantages(
+      r_dense.reshape(-1), dense_ro,
+      RLHyper(group_size=gm, advantage="grpo", process_reward=kind, process_options=opts))
+  want, want_w = np.asarray(want).reshape(b, gm, t), np.asarray(want_w).reshape(b, gm)
+  assert np.asarray(adv).shape == (n, t)
+  for row, o in enumerate(order):
+    np.testing.assert_allclose(np.asarray(adv)[row], want[rows[o]], rtol=1e-6, atol=1e-6)
+    assert weight[row] == want_w[rows[o]]
+  assert (np.asarray(adv)[len(rows):] == 0).all() and (np.asarray(weight)[len(rows):] == 0).all()
+  # The step rewards acted: the token advantages differ within a row.
+  assert np.ptp(np.asarray(adv)[0]) > 0
+
+
 @pytest.mark.parametrize("field,value,match", [
     ("rows", 8, "rows=8 needs the ragged layout; expected"),
     ("allocator", "knapsack", "max_group_size"),

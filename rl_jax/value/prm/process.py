@@ -61,10 +61,11 @@ def check_config(config) -> None:
     raise ValueError(f"config.rl.process_reward={kind!r}; expected one of {PROCESS_REWARDS}")
   if kind == "none":
     return
-  if rl.max_group_size:
+  if rl.max_group_size and kind in ("prime", "oprl"):
     raise ValueError(f"config.rl.process_reward={kind!r} with max_group_size="
-                     f"{rl.max_group_size}; process rewards need the dense B x G batch "
-                     "(max_group_size=0): ragged batches (allocators, V0.5) carry no step rewards")
+                     f"{rl.max_group_size}; the online PRMs ('prime', 'oprl') need the dense "
+                     "B x G batch (max_group_size=0); 'pav' and 'oracle' score each row alone "
+                     "and also take ragged batches (allocators)")
   c = rl.process
   if kind in ("pav", "oracle"):
     if not (isinstance(c.alpha, (int, float)) and math.isfinite(c.alpha) and c.alpha >= 0):

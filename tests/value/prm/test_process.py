@@ -72,6 +72,10 @@ def test_bad_process_options_are_named_errors(override, field):
 def test_defaults_check_and_hyper_options():
   c = ladder.get_config("smoke")
   config_check.check(c)  # 'none' by default
+  c.rl.update(process_reward="oracle", max_group_size=8, allocator="knapsack")
+  c.rl.process.alpha = 1.0
+  config_check.check(c)  # per-row process rewards take ragged batches (an allocator's)
+  c.rl.update(process_reward="none", max_group_size=0, allocator="uniform")
   assert process.estimator_options(c) == ()
   c.rl.process_reward = "oprl"
   assert process.estimator_options(c) == (("baseline", "rloo"), ("weight", 1.0))
