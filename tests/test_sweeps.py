@@ -27,6 +27,7 @@ from rl_jax.metrics import MetricsWriter
 from rl_jax.rollout import checks
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.train import config_check, init_from, loop, phases
+from rl_jax.value.history import RolloutHistory
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -435,3 +436,40 @@ def test_methods_v2_report_names_families_and_flattens_the_recovered_share(tmp_p
           by["pav_bok4_a1"]["oracle"], by["pav_bok4_a1"]["recovered"]) == (0.4, 0.2, "oracle_prm",
                                                                             rec)
   assert by["grpo_g8"]["recovered_share"] is None and by["grpo_g8"]["recovered"] is None
+
+
+def test_methods_v2_rows_by_prior_rate_reads_the_16_rollout_buffer(tmp_path):
+  """Visits binned by the prompt's rate over its last 16 rollouts before the step (none under 8):
+  prompt 1 gets 8 rows (no history), 16 (after 0 of 8: p = 0), 4 (its newest 16 rows, 4 right:
+  0 < p < 1); prompt 2 gets 4 and 2 rows (4 seen: no estimate). 34 rows in all."""
+  h = RolloutHistory()
+  h.record(0, [1, 2], [8, 4], [0, 4])
+  h.record(1, [1], [16], [4])
+  h.record(2, [1, 2], [4, 2], [1, 1])
+  by = methods_v2.rows_by_prior_rate(h)
+  assert by["no estimate"] == dict(visits=3, rows_per_visit=pytest.approx(14 / 3),
+                                   row_share=pytest.approx(14 / 34))
+  assert by["p = 0"] == dict(visits=1, rows_per_visit=16.0, row_share=pytest.approx(16 / 34))
+  assert by["0 < p < 1"] == dict(visits=1, rows_per_visit=4.0, row_share=pytest.approx(4 / 34))
+  assert by["p = 1"] == dict(visits=0, rows_per_visit=None, row_share=0.0)
+  assert by["visits_per_prompt"] == 2.5
+  # add_mechanism: the seed means go into the report's JSON and a row of its table.
+  for seed, frac in ((0, 0.5), (1, 0.7)):
+    d = tmp_path / "methods_v2" / f"knapsack_buf16_seed{seed}"
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text("{}")
+    (d / "metrics.jsonl").write_text(json.dumps(
+        {"phase": "rl", "step": 1, "informative_frac": frac, "alloc/n_max": 16.0}) + "\n")
+    h.to_jsonl(str(d / "history.jsonl"))
+  out = tmp_path / "report"
+  out.with_suffix(".json").write_text(json.dumps({"variants": [{"name": "knapsack_buf16"},
+                                                                {"name": "grpo_g4"}]}))
+  out.with_suffix(".md").write_text("table\n")
+  methods_v2.add_mechanism(str(out), str(tmp_path))
+  v = json.loads(out.with_suffix(".json").read_text())["variants"]
+  assert v[0]["mechanism"]["informative_frac"] == pytest.approx(0.6) and "mechanism" not in v[1]
+  assert v[0]["mechanism"]["rows_by_prior_rate"]["p = 0"]["rows_per_visit"] == 16.0
+  row = next(l for l in out.with_suffix(".md").read_text().splitlines()
+             if l.startswith("| knapsack_buf16 |"))
+  assert row.startswith("| knapsack_buf16 | 0.60 | 16.0 | 4.7 (0.41) | 16.0 (0.47) | 4.0 (0.12) |"
+                        " - (0.00) | 2.5 | - | - |")

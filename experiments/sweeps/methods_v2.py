@@ -76,14 +76,19 @@ Value prior (oracle: `oracle_v05_eq`, V0.5 with the Monte Carlo prior):
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
 import sys
 
 from absl import app, flags
+import numpy as np
 
 from experiments.sweeps import ground_v2, launch
+from rl_jax import workdir as workdir_lib
+from rl_jax.metrics import read_metrics
+from rl_jax.value.history import RolloutHistory
 
 BASE_CONFIG = ground_v2.BASE_CONFIG
 TEST_SEEDS = ground_v2.SEEDS
@@ -226,6 +231,94 @@ def add_families(json_path: str) -> None:
     json.dump(data, f, indent=1)
 
 
+# What each allocator's mechanism did, read from a run's rollout history: the rows a prompt got
+# at a visit by what its last BUFFER rollouts before it said (no estimate below MIN_OBS).
+BUFFER, MIN_OBS = 16, 8
+RATE_BINS = ("no estimate", "p = 0", "0 < p < 1", "p = 1")
+MECHANISM_METRICS = ("informative_frac", "alloc/n_max", "alloc/groups_n17_up", "v05/extra_rows",
+                     "v05/rejected_frac", "v05/w_mean")
+
+
+def rows_by_prior_rate(history: RolloutHistory) -> dict:
+  """{bin: {'visits', 'rows_per_visit', 'row_share'}} over every (prompt, step) visit of the
+  history, the bin set by the prompt's success rate over its newest BUFFER rollouts before that
+  step (RATE_BINS; 'no estimate' under MIN_OBS rollouts); and 'visits_per_prompt', the mean
+  number of steps at which a prompt that was drawn at all was drawn."""
+  rec = history.records()
+  rows = {b: [] for b in RATE_BINS}
+  for step in np.unique(rec["step"]):
+    at = rec[rec["step"] == step]
+    ids = np.unique(at["prompt_id"])
+    n = np.asarray([at["attempts"][at["prompt_id"] == i].sum() for i in ids])
+    att, suc = history.stats(ids, before_step=int(step), last_rollouts=BUFFER)
+    p = suc / np.maximum(att, 1)
+    kind = np.where(att < MIN_OBS, 0, np.where(p == 0, 1, np.where(p == 1, 3, 2)))
+    for k, b in enumerate(RATE_BINS):
+      rows[b].extend(n[kind == k].tolist())
+  total = max(sum(sum(v) for v in rows.values()), 1)
+  visits = [len(np.unique(rec["step"][rec["prompt_id"] == i])) for i in np.unique(rec["prompt_id"])]
+  out = {b: dict(visits=len(v), rows_per_visit=float(np.mean(v)) if v else None,
+                 row_share=sum(v) / total) for b, v in rows.items()}
+  out["visits_per_prompt"] = float(np.mean(visits)) if visits else None
+  return out
+
+
+def mechanism(workdir: str) -> dict:
+  """One run's mechanism numbers: the means over RL steps of MECHANISM_METRICS it logged, and,
+  for a run that kept its history, `rows_by_prior_rate`."""
+  recs = [r for r in read_metrics(workdir) if r.get("phase") == "rl"]
+  out = {k: float(np.mean([r[k] for r in recs if k in r])) for k in MECHANISM_METRICS
+         if any(k in r for r in recs)}
+  path = os.path.join(workdir, workdir_lib.HISTORY_FILE)
+  if os.path.exists(path):
+    out["rows_by_prior_rate"] = rows_by_prior_rate(RolloutHistory.from_jsonl(path))
+  return out
+
+
+def _mean_tree(items: list):
+  """The elementwise mean of equal-shaped nested dicts of numbers (None where any is None)."""
+  if isinstance(items[0], dict):
+    return {k: _mean_tree([i[k] for i in items]) for k in items[0]}
+  return None if any(i is None for i in items) else float(np.mean(items))
+
+
+def add_mechanism(out_prefix: str, root: str, names=None) -> None:
+  """Adds each variant's seed-mean `mechanism` to OUT.json and a table of it to OUT.md, for the
+  variants of this sweep (methods_v2 runs under ROOT/methods_v2; `names` limits them)."""
+  with open(out_prefix + ".json") as f:
+    data = json.load(f)
+  lines = ["", "## What the mechanisms did (means over steps and seeds)", "",
+           "Rows per visit of a prompt by its success rate over its last 16 rollouts before the "
+           "visit (no estimate under 8), their share of all rows, and visits per prompt drawn.",
+           "", "| variant | informative groups | largest group | " +
+           " | ".join(f"rows/visit at {b} (share)" for b in RATE_BINS) +
+           " | visits per prompt | V0.5 extra rows / step | V0.5 prior rejected |",
+           "|---|---:|---:|" + "---:|" * len(RATE_BINS) + "---:|---:|---:|"]
+  fmt = lambda x, f="{:.2f}": "-" if x is None else f.format(x)
+  for v in data["variants"]:
+    dirs = sorted(glob.glob(os.path.join(root, "methods_v2", v["name"] + "_seed*")))
+    dirs = [d for d in dirs if os.path.exists(os.path.join(d, "summary.json"))]
+    if not dirs or (names is not None and v["name"] not in names):
+      continue
+    runs = [mechanism(d) for d in dirs]
+    keys = set.intersection(*(set(r) for r in runs))
+    m = _mean_tree([{k: r[k] for k in keys} for r in runs])
+    v["mechanism"] = m
+    by = m.get("rows_by_prior_rate")
+    if by is None:
+      continue
+    cells = [f"{fmt(by[b]['rows_per_visit'], '{:.1f}')} ({by[b]['row_share']:.2f})"
+             for b in RATE_BINS]
+    lines.append(f"| {v['name']} | {fmt(m.get('informative_frac'))} | "
+                 f"{fmt(m.get('alloc/n_max'), '{:.1f}')} | " + " | ".join(cells) +
+                 f" | {fmt(by['visits_per_prompt'], '{:.1f}')} | "
+                 f"{fmt(m.get('v05/extra_rows'), '{:.1f}')} | {fmt(m.get('v05/rejected_frac'))} |")
+  with open(out_prefix + ".json", "w") as f:
+    json.dump(data, f, indent=1)
+  with open(out_prefix + ".md", "a") as f:
+    f.write("\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
   _ROOT = flags.DEFINE_string("workdir_root", "runs/sweeps", "Runs go to ROOT/methods_v2/NAME.")
   _JOBS = flags.DEFINE_integer("jobs", 2, "Runs at once after the shared SFT.", lower_bound=1)
@@ -262,5 +355,6 @@ if __name__ == "__main__":
       return
     subprocess.run(report, check=True)
     add_families(out + ".json")
+    add_mechanism(out, root)
 
   app.run(main)
