@@ -116,6 +116,14 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
   assert "--kinds=truth" in out[2] and "--config.rl.steps=0" in out[0]
   assert len(out) == 3 + len(v) * 3 + 1 and all("init_from=" in line for line in out[3:-1])
   assert "experiments.report" in out[-1] and "methods_v2_dev_report.json" in out[-1]
+  out = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
+                        f"--workdir_root={tmp_path}", "--variants=vade_pool"], capture_output=True,
+                       text=True, check=True).stdout.splitlines()
+  assert len(out) == 3 + 5 + 1 and all("vade_pool_seed" in line for line in out[3:-1])
+  bad = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
+                        "--variants=vade_pool,nope"], capture_output=True, text=True)
+  assert bad.returncode != 0 and "--variants names ['nope']; expected names from" in bad.stderr
+  assert "Traceback" not in bad.stderr
 
 
 def test_ground_v2_pilot_changes_one_setting_of_an_oracle():

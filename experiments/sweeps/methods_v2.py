@@ -186,13 +186,17 @@ GROUND = ("grpo_g4", "grpo_g8", "oracle_prm", "oracle_treepo")
 SCREENED_OUT = ("pav_bok4_a2",)
 
 
-def get_sweep(root: str = "runs/sweeps", split: str = "test") -> list[dict]:
+def get_sweep(root: str = "runs/sweeps", split: str = "test", only=None) -> list[dict]:
   """One dict per run (overrides plus 'name'), seed by seed; the table's seeds beyond the
-  screen's skip the settings the screen left out."""
+  screen's skip the settings the screen left out. `only`: these variants alone (names)."""
   seeds = DEV_SEEDS if split == "dev" else TEST_SEEDS
+  presets = variants(root)
+  unknown = sorted(set(only or ()) - set(presets))
+  if unknown:
+    raise ValueError(f"--variants names {unknown}; expected names from {sorted(presets)}")
   return [dict(overrides, seed=seed, name=f"{variant}_seed{seed}")
-          for seed in seeds for variant, overrides in variants(root).items()
-          if seed in DEV_SEEDS or variant not in SCREENED_OUT]
+          for seed in seeds for variant, overrides in presets.items()
+          if (seed in DEV_SEEDS or variant not in SCREENED_OUT) and (not only or variant in only)]
 
 
 def prm_command(root: str, name: str) -> list[str]:
@@ -330,13 +334,19 @@ if __name__ == "__main__":
                              "methods_v2_dev_report).")
   _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Write the report from the runs that "
                                    "have finished so far; start none.")
+  _VARIANTS = flags.DEFINE_list("variants", None, "Run these presets only (default: all); the "
+                                "report still reads every finished run.")
 
   def main(argv):
     if len(argv) > 1:
       raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     root = _ROOT.value
+    try:
+      sweep = get_sweep(root, _SPLIT.value, _VARIANTS.value)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from None
     if not _REPORT_ONLY.value:
-      steps = launch.plan(get_sweep(root, _SPLIT.value), BASE_CONFIG,
+      steps = launch.plan(sweep, BASE_CONFIG,
                           os.path.join(root, "methods_v2"), True,
                           launch.base_sft_seed(BASE_CONFIG))
       launch.execute(steps[:1], 1, _DRY_RUN.value)  # the shared SFT
