@@ -67,6 +67,13 @@ prompt get up to 32 (`rl.max_group_size`).
                      candidates; G = 4 each.
   insight_pool       InSight (§6.4): the top 32 of 128 candidates by weighted mutual information.
 
+The combined recipe (baseline `grpo_g4_pool`; no oracle):
+  recipe_knapsack_pav  `knapsack_buf16` with `pav_bok4_a1`'s process reward on the pool: the
+                     allocator the dev screen ranked first (seeds 0-2, dev accuracy paired against
+                     grpo_g4_pool: Knapsack +0.012, XRPO +0.004, InSight +0.002, VADE -0.007,
+                     DARS -0.016) with the process reward whose interval is above 0. No engine:
+                     ECHO makes dense groups only, and Knapsack needs ragged ones.
+
 Value prior (oracle: `oracle_v05_eq`, V0.5 with the Monte Carlo prior):
   v05_v0_eq          V0.5 (§4.2) with V0's learned prior at G = 4's rows: the first round is 24
                      prompts x 4 (96 rows), and the extra rounds of prompts that reject the prior
@@ -127,6 +134,12 @@ def prm_dir(root: str, name: str) -> str:
   return os.path.join(root, "methods_v2", "_prm", name, PRMS[name]["kinds"])
 
 
+def presets_knapsack() -> dict:
+  """Knapsack RL as its public code (see the module docstring: `knapsack_buf16`)."""
+  return {"rl.allocator": "knapsack", "rl.allocation.min_n": 2,
+          "rl.allocation.history_rollouts": 16, "rl.allocation.knapsack.min_obs": 8}
+
+
 def variants(root: str = "runs/sweeps") -> dict:
   """Variant name -> config overrides (the PRM paths under `root`)."""
   pav = lambda name, alpha: {"rl.process_reward": "pav", "rl.process.alpha": alpha,
@@ -143,9 +156,7 @@ def variants(root: str = "runs/sweeps") -> dict:
       "grpo_g4_pool": dict(ON_POOL),
       "oracle_knapsack_pool": dict(RAGGED, **{
           "rl.allocator": "knapsack", "rl.allocator_prior": "oracle", "rl.allocation.min_n": 1}),
-      "knapsack_buf16": dict(RAGGED, **{
-          "rl.allocator": "knapsack", "rl.allocation.min_n": 2,
-          "rl.allocation.history_rollouts": 16, "rl.allocation.knapsack.min_obs": 8}),
+      "knapsack_buf16": dict(RAGGED, **presets_knapsack()),
       "dars_hw_pool": dict(RAGGED, **{
           "rl.allocator": "dars", "rl.allocation.min_n": 2, "rl.allocation.history_rollouts": 16,
           "rl.allocation.dars.schedule": "hw"}),
@@ -157,6 +168,9 @@ def variants(root: str = "runs/sweeps") -> dict:
       # V0.5 at G = 4's rows: its oracle (the Monte Carlo prior) and V0's learned prior.
       "oracle_v05_eq": dict(V05_EQUAL_ROWS, **{"rl.v05.prior": "oracle"}),
       "v05_v0_eq": dict(V05_EQUAL_ROWS, **{"rl.v05.prior": "v0"}),
+      # The combined recipe: the best allocator on the dev screen with the best process reward.
+      "recipe_knapsack_pav": dict(
+          RAGGED, **presets_knapsack(), **pav("pav", 1.0)),
   }
 
 
@@ -173,6 +187,7 @@ FAMILIES = {
     "vade_pool": ("data selection", "oracle_knapsack_pool", "grpo_g4_pool"),
     "insight_pool": ("data selection", "oracle_knapsack_pool", "grpo_g4_pool"),
     "v05_v0_eq": ("value prior", "oracle_v05_eq"),
+    "recipe_knapsack_pav": ("recipe", None, "grpo_g4_pool"),
 }
 # The families' own baselines and oracles among the variants (not methods).
 FAMILY_BASELINES = ("grpo_g4_pool",)
@@ -210,7 +225,7 @@ def prm_command(root: str, name: str) -> list[str]:
 def report_command(root: str, out: str, split: str = "test") -> list[str]:
   """argv of `experiments.report` over the finished runs and ground_v2's (OUT.{md,png,json})."""
   ground = [f"--workdirs={root}/ground_v2/{name}_seed*" for name in GROUND]
-  oracles = ",".join(":".join([v, *f[1:]]) for v, f in FAMILIES.items())
+  oracles = ",".join(":".join([v, *f[1:]]) for v, f in FAMILIES.items() if f[1])
   return [sys.executable, "-m", "experiments.report", f"--workdirs={root}/methods_v2/[!_]*",
           *ground, f"--baseline={ground_v2.BASELINE}", f"--oracle={oracles}", f"--split={split}",
           f"--out={out}.md", f"--png={out}.png", f"--json={out}.json"]
