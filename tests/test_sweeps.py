@@ -422,7 +422,12 @@ def test_launcher_shares_one_sft_when_the_base_config_pins_it(tmp_path):
 
 
 def test_methods_v2_report_names_families_and_flattens_the_recovered_share(tmp_path):
-  cmd = methods_v2.report_command("R", "out/methods_v2_report", "dev")
+  done = set(methods_v2.variants("R")) | set(methods_v2.GROUND)
+  cmd = methods_v2.report_command("R", "out/methods_v2_report", "dev", done)
+  # A partial sweep: pairs naming a variant without finished runs are left out.
+  partial = methods_v2.report_command("R", "out/r", "test", done - {"oracle_knapsack_pool"})
+  partial = next(a for a in partial if a.startswith("--oracle="))
+  assert "knapsack_buf16" not in partial and "pav_bok4_a1:oracle_prm" in partial
   assert "--workdirs=R/methods_v2/[!_]*" in cmd and "--workdirs=R/ground_v2/oracle_prm_seed*" in cmd
   assert "--split=dev" in cmd and "--baseline=grpo_g4" in cmd
   oracle = next(a for a in cmd if a.startswith("--oracle="))
@@ -481,3 +486,6 @@ def test_methods_v2_rows_by_prior_rate_reads_the_16_rollout_buffer(tmp_path):
              if l.startswith("| knapsack_buf16 |"))
   assert row.startswith("| knapsack_buf16 | 0.60 | 16.0 | 4.7 (0.41) | 16.0 (0.47) | 4.0 (0.12) |"
                         " - (0.00) | 2.5 | - | - |")
+  names = methods_v2.mechanism_variants()
+  assert {"knapsack_buf16", "grpo_g4_pool", "v05_v0_eq", "recipe_knapsack_pav"} <= set(names)
+  assert "pav_bok4_a1" not in names and "echo_measured" not in names

@@ -222,10 +222,22 @@ def prm_command(root: str, name: str) -> list[str]:
       f"--{k}={v}" for k, v in PRMS[name].items()]
 
 
-def report_command(root: str, out: str, split: str = "test") -> list[str]:
-  """argv of `experiments.report` over the finished runs and ground_v2's (OUT.{md,png,json})."""
+def finished(root: str) -> set:
+  """Variants with at least one finished run (a summary.json) under ROOT/methods_v2, and the
+  GROUND variants finished under ROOT/ground_v2."""
+  done = lambda sub, name: bool(glob.glob(os.path.join(root, sub, name + "_seed*", "summary.json")))
+  return ({v for v in variants(root) if done("methods_v2", v)} |
+          {g for g in GROUND if done("ground_v2", g)})
+
+
+def report_command(root: str, out: str, split: str = "test", done=None) -> list[str]:
+  """argv of `experiments.report` over the finished runs and ground_v2's (OUT.{md,png,json}).
+  `done`: the variants with finished runs (default: `finished(root)`); a family pair naming one
+  that has none is left out of `--oracle` (a partial sweep)."""
+  done = finished(root) if done is None else set(done)
   ground = [f"--workdirs={root}/ground_v2/{name}_seed*" for name in GROUND]
-  oracles = ",".join(":".join([v, *f[1:]]) for v, f in FAMILIES.items() if f[1])
+  oracles = ",".join(":".join([v, *f[1:]]) for v, f in FAMILIES.items()
+                     if f[1] and {v, *f[1:]} <= done)
   return [sys.executable, "-m", "experiments.report", f"--workdirs={root}/methods_v2/[!_]*",
           *ground, f"--baseline={ground_v2.BASELINE}", f"--oracle={oracles}", f"--split={split}",
           f"--out={out}.md", f"--png={out}.png", f"--json={out}.json"]
@@ -292,6 +304,13 @@ def mechanism(workdir: str) -> dict:
   if os.path.exists(path):
     out["rows_by_prior_rate"] = rows_by_prior_rate(RolloutHistory.from_jsonl(path))
   return out
+
+
+def mechanism_variants() -> tuple:
+  """The presets whose mechanism the table describes: those on the prompt pool (allocators, data
+  selection, their baseline, oracle and the recipe) and V0.5's."""
+  return tuple(v for v, o in variants().items()
+               if "rl.prompt_pool" in o or o.get("rl.advantage") == "v05")
 
 
 def _mean_tree(items: list):
@@ -380,6 +399,6 @@ if __name__ == "__main__":
       return
     subprocess.run(report, check=True)
     add_families(out + ".json")
-    add_mechanism(out, root)
+    add_mechanism(out, root, mechanism_variants())
 
   app.run(main)
