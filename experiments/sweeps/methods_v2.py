@@ -79,6 +79,8 @@ Value prior (oracle: `oracle_v05_eq`, V0.5 with the Monte Carlo prior):
                      prompts x 4 (96 rows), and the extra rounds of prompts that reject the prior
                      (doubling to 16) draw on the 32 rows the batch has left (`rl.rows` 128);
                      unused rows are not spent, so its rollout tokens are at most G = 4's.
+  grpo_g4_b24        GRPO G = 4 at V0.5's first round alone (24 prompts, 96 rows a step): the
+                     ablation that separates the fewer prompts from V0.5's fused baseline.
 """
 
 from __future__ import annotations
@@ -168,6 +170,9 @@ def variants(root: str = "runs/sweeps") -> dict:
       # V0.5 at G = 4's rows: its oracle (the Monte Carlo prior) and V0's learned prior.
       "oracle_v05_eq": dict(V05_EQUAL_ROWS, **{"rl.v05.prior": "oracle"}),
       "v05_v0_eq": dict(V05_EQUAL_ROWS, **{"rl.v05.prior": "v0"}),
+      # V0.5's first round alone: GRPO G = 4 at 24 prompts a step (96 rows), no prior, no extra
+      # rounds (the ablation that separates the fewer prompts from the fused baseline).
+      "grpo_g4_b24": {"rl.prompts_per_step": 24},
       # The combined recipe: the best allocator on the dev screen with the best process reward.
       "recipe_knapsack_pav": dict(
           RAGGED, **presets_knapsack(), **pav("pav", 1.0)),
@@ -190,7 +195,7 @@ FAMILIES = {
     "recipe_knapsack_pav": ("recipe", None, "grpo_g4_pool"),
 }
 # The families' own baselines and oracles among the variants (not methods).
-FAMILY_BASELINES = ("grpo_g4_pool",)
+FAMILY_BASELINES = ("grpo_g4_pool", "grpo_g4_b24")
 FAMILY_ORACLES = ("oracle_knapsack_pool", "oracle_v05_eq")
 # ground_v2's runs every table reads beside these: the baseline, G = 8 (the tokens target) and
 # the oracles.
