@@ -253,7 +253,7 @@ def efficiency(runs: list[dict], baseline: str | None = None, target: float | No
               auc_tokens=max_tokens, accuracy_key=key, oracles=oracles)
 
 
-def _share_cell(v: dict, oracle: str, name_it: bool, baseline: str = "") -> str:
+def _share_cell(v: dict, oracle: str, name_it: bool, baseline: str) -> str:
   rec = v["recovered"]
   if rec is None:
     return "-"

@@ -116,6 +116,8 @@ POOL = 400
 MAX_ROWS = 32
 ON_POOL = {"rl.prompt_pool": POOL}
 RAGGED = dict(ON_POOL, **{"rl.max_group_size": MAX_ROWS})
+# The history-based allocators' estimates: each prompt's last 16 rollouts, min_n 2 (Knapsack's).
+BUFFER16 = {"rl.allocation.min_n": 2, "rl.allocation.history_rollouts": 16}
 
 # V0.5 (ALGORITHMS.md §4.2) inside G = 4's 128 rows a step: the first round samples G = 4 rows of
 # 24 prompts (96 rows) and the batch holds R_max = 128 (`rl.rows`), so the extra rounds of prompts
@@ -138,8 +140,7 @@ def prm_dir(root: str, name: str) -> str:
 
 def presets_knapsack() -> dict:
   """Knapsack RL as its public code (see the module docstring: `knapsack_buf16`)."""
-  return {"rl.allocator": "knapsack", "rl.allocation.min_n": 2,
-          "rl.allocation.history_rollouts": 16, "rl.allocation.knapsack.min_obs": 8}
+  return dict(BUFFER16, **{"rl.allocator": "knapsack", "rl.allocation.knapsack.min_obs": 8})
 
 
 def variants(root: str = "runs/sweeps") -> dict:
@@ -159,12 +160,9 @@ def variants(root: str = "runs/sweeps") -> dict:
       "oracle_knapsack_pool": dict(RAGGED, **{
           "rl.allocator": "knapsack", "rl.allocator_prior": "oracle", "rl.allocation.min_n": 1}),
       "knapsack_buf16": dict(RAGGED, **presets_knapsack()),
-      "dars_hw_pool": dict(RAGGED, **{
-          "rl.allocator": "dars", "rl.allocation.min_n": 2, "rl.allocation.history_rollouts": 16,
-          "rl.allocation.dars.schedule": "hw"}),
-      "xrpo_pool": dict(RAGGED, **{
-          "rl.allocator": "xrpo", "rl.allocation.min_n": 2,
-          "rl.allocation.history_rollouts": 16}),
+      "dars_hw_pool": dict(RAGGED, **BUFFER16, **{
+          "rl.allocator": "dars", "rl.allocation.dars.schedule": "hw"}),
+      "xrpo_pool": dict(RAGGED, **BUFFER16, **{"rl.allocator": "xrpo"}),
       "vade_pool": dict(ON_POOL, **{"rl.allocator": "vade", "rl.max_group_size": 4}),
       "insight_pool": dict(ON_POOL, **{"rl.allocator": "insight", "rl.max_group_size": 4}),
       # V0.5 at G = 4's rows: its oracle (the Monte Carlo prior) and V0's learned prior.
@@ -283,9 +281,8 @@ def rows_by_prior_rate(history: RolloutHistory) -> dict:
   rec = history.records()
   rows = {b: [] for b in RATE_BINS}
   for step in np.unique(rec["step"]):
-    at = rec[rec["step"] == step]
-    ids = np.unique(at["prompt_id"])
-    n = np.asarray([at["attempts"][at["prompt_id"] == i].sum() for i in ids])
+    ids = np.unique(rec["prompt_id"][rec["step"] == step])
+    n, _ = history.stats(ids, since_step=int(step), before_step=int(step) + 1)
     att, suc = history.stats(ids, before_step=int(step), last_rollouts=BUFFER)
     p = suc / np.maximum(att, 1)
     kind = np.where(att < MIN_OBS, 0, np.where(p == 0, 1, np.where(p == 1, 3, 2)))
@@ -331,20 +328,23 @@ def add_mechanism(out_prefix: str, root: str, names=None) -> None:
   with open(out_prefix + ".json") as f:
     data = json.load(f)
   lines = ["", "## What the mechanisms did (means over steps and seeds)", "",
-           "Rows per visit of a prompt by its success rate over its last 16 rollouts before the "
-           "visit (no estimate under 8), their share of all rows, and visits per prompt drawn.",
+           f"Rows per visit of a prompt by its success rate over its last {BUFFER} rollouts "
+           f"before the visit (no estimate under {MIN_OBS}), their share of all rows, and visits "
+           "per prompt drawn.",
            "", "| variant | informative groups | largest group | " +
            " | ".join(f"rows/visit at {b} (share)" for b in RATE_BINS) +
            " | visits per prompt | V0.5 extra rows / step | V0.5 prior rejected |",
            "|---|---:|---:|" + "---:|" * len(RATE_BINS) + "---:|---:|---:|"]
   fmt = lambda x, f="{:.2f}": "-" if x is None else f.format(x)
   for v in data["variants"]:
-    dirs = sorted(glob.glob(os.path.join(root, "methods_v2", v["name"] + "_seed*")))
-    dirs = [d for d in dirs if os.path.exists(os.path.join(d, "summary.json"))]
-    if not dirs or (names is not None and v["name"] not in names):
+    if names is not None and v["name"] not in names:
+      continue
+    dirs = sorted(os.path.dirname(f) for f in glob.glob(
+        os.path.join(root, "methods_v2", v["name"] + "_seed*", "summary.json")))
+    if not dirs:
       continue
     runs = [mechanism(d) for d in dirs]
-    keys = set.intersection(*(set(r) for r in runs))
+    keys = [k for k in runs[0] if all(k in r for r in runs)]  # Every seed has them, in order.
     m = _mean_tree([{k: r[k] for k in keys} for r in runs])
     v["mechanism"] = m
     by = m.get("rows_by_prior_rate")
