@@ -75,6 +75,10 @@ def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
   # The oracles run at GRPO G=4's rows per step; G=8 and G=16 at 2x and 4x.
   assert budgets == {"grpo_g4": 128, "grpo_g8": 256, "grpo_g16": 512, "oracle_prm": 128,
                      "oracle_knapsack": 128, "oracle_treepo": 128}
+  assert {r["name"] for r in ground_v2.get_sweep(["oracle_treepo"])} == {
+      f"oracle_treepo_seed{s}" for s in range(5)}
+  with pytest.raises(ValueError, match=r"--variants names \['nope'\]; expected names from"):
+    ground_v2.get_sweep(["grpo_g4", "nope"])
   report = ground_v2.report_command("runs/sweeps/ground_v2", "experiments/sweeps")
   assert "--baseline=grpo_g4" in report and any(a.endswith("ground_v2_report.json")
                                                 for a in report)
@@ -122,7 +126,13 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
   out = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
                         f"--workdir_root={tmp_path}", "--variants=vade_pool"], capture_output=True,
                        text=True, check=True).stdout.splitlines()
-  assert len(out) == 3 + 5 + 1 and all("vade_pool_seed" in line for line in out[3:-1])
+  # No process reward among them: no PRM is trained.
+  assert len(out) == 1 + 5 + 1 and all("vade_pool_seed" in line for line in out[1:-1])
+  assert not any("train_prm" in line for line in out)
+  out = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
+                        f"--workdir_root={tmp_path}", "--variants=arrol_g4,pav_truth_a1"],
+                       capture_output=True, text=True, check=True).stdout.splitlines()
+  assert [line for line in out if "train_prm" in line] == [out[1]] and "--kinds=truth" in out[1]
   bad = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
                         "--variants=vade_pool,nope"], capture_output=True, text=True)
   assert bad.returncode != 0 and "--variants names ['nope']; expected names from" in bad.stderr
@@ -491,4 +501,34 @@ def test_methods_v2_rows_by_prior_rate_reads_the_16_rollout_buffer(tmp_path):
                         " - (0.00) | 2.5 | - | - |")
   names = methods_v2.mechanism_variants()
   assert {"knapsack_buf16", "grpo_g4_pool", "v05_v0_eq", "recipe_knapsack_pav"} <= set(names)
-  assert "pav_bok4_a1" not in names and "echo_measured" not in names
+  assert {"echo_measured", "arrol_g4", "latr_g4", "eptree_g4", "treepo_fixed", "april_g4"} <= set(
+      names) and "pav_bok4_a1" not in names
+
+
+def test_methods_v2_engine_table_reads_each_engines_own_metrics(tmp_path):
+  """The engines' table: seed means over RL steps of the metrics each engine logs; '-' where an
+  engine has none (LATR prunes no rows by a head, ARRoL makes no forks)."""
+  runs = {"arrol_g4": [{"rollout_tokens": 700.0, "batch_tokens": 500.0, "informative_frac": 0.4,
+                        "arrol/rows_pruned": 64.0, "arrol/head_acc": 0.7, "arrol/head_loss": 0.5}],
+          "latr_g4": [{"rollout_tokens": 400.0, "batch_tokens": 500.0, "informative_frac": 0.5,
+                       "tree_forks": 30.0, "tree_pruned": 2.0},
+                      {"rollout_tokens": 600.0, "batch_tokens": 500.0, "informative_frac": 0.6,
+                       "tree_forks": 50.0, "tree_pruned": 4.0}]}
+  for name, steps in runs.items():
+    for seed in (0, 1):
+      d = tmp_path / "methods_v2" / f"{name}_seed{seed}"
+      d.mkdir(parents=True)
+      (d / "summary.json").write_text("{}")
+      (d / "metrics.jsonl").write_text("".join(
+          json.dumps(dict(m, phase="rl", step=i + 1)) + "\n" for i, m in enumerate(steps)))
+      RolloutHistory().to_jsonl(str(d / "history.jsonl"))  # every run keeps one
+  out = tmp_path / "report"
+  out.with_suffix(".json").write_text(json.dumps({"variants": [{"name": n} for n in runs]}))
+  out.with_suffix(".md").write_text("table\n")
+  methods_v2.add_mechanism(str(out), str(tmp_path), methods_v2.mechanism_variants())
+  lines = out.with_suffix(".md").read_text().splitlines()
+  assert "| arrol_g4 | 700 | 500 | 0.40 | - | - | 64.0 | 0.70 (0.500) | - | - |" in lines
+  assert "| latr_g4 | 500 | 500 | 0.55 | 40.0 | 3.0 | - | - | - | - |" in lines
+  v = json.loads(out.with_suffix(".json").read_text())["variants"]
+  assert v[1]["mechanism"]["tree_forks"] == 40.0
+  assert not any(l.startswith("| latr_g4 | -") for l in lines)  # not in the pool's table

@@ -40,6 +40,8 @@ import sys
 from absl import app, flags
 import numpy as np
 
+from experiments.sweeps import launch
+
 SEEDS = (0, 1, 2, 3, 4)
 BASE_CONFIG = "experiments/configs/ladder2.py"
 BASELINE = "grpo_g4"
@@ -57,11 +59,16 @@ VARIANTS = {
 }
 
 
-def get_sweep() -> list[dict]:
-  """One dict per run: config overrides, plus 'name' (the run's directory name)."""
+def get_sweep(only=None) -> list[dict]:
+  """One dict per run: config overrides, plus 'name' (the run's directory name). `only`: these
+  variants alone (names)."""
+  unknown = sorted(set(only or ()) - set(VARIANTS))
+  if unknown:
+    raise ValueError(f"--variants names {unknown}; expected names from {sorted(VARIANTS)}")
   # Seed by seed: an interrupted sweep leaves whole seeds, which pair across variants.
   return [dict(COMMON, **overrides, seed=seed, name=f"{variant}_seed{seed}")
-          for seed in SEEDS for variant, overrides in VARIANTS.items()]
+          for seed in SEEDS for variant, overrides in VARIANTS.items()
+          if not only or variant in only]
 
 
 # Issue 32's gates, on the test set over paired seeds: (text, variant, minimum paired gain over
@@ -142,15 +149,20 @@ if __name__ == "__main__":
   _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands instead of running them.")
   _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Write the report from the runs that "
                                    "have finished so far; start none.")
+  _VARIANTS = flags.DEFINE_list("variants", None, "Run these variants only (default: all); the "
+                                "report still reads every finished run.")
 
   def main(argv):
     if len(argv) > 1:
       raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    launch = [sys.executable, "-m", "experiments.sweeps.launch", "--sweep=ground_v2",
-              f"--base_config={BASE_CONFIG}", f"--workdir_root={_ROOT.value}",
-              f"--jobs={_JOBS.value}"] + (["--dry_run"] if _DRY_RUN.value else [])
+    try:
+      sweep = get_sweep(_VARIANTS.value)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from None
     if not _REPORT_ONLY.value:
-      subprocess.run(launch, check=True)
+      steps = launch.plan(sweep, BASE_CONFIG, os.path.join(_ROOT.value, "ground_v2"), True,
+                          launch.base_sft_seed(BASE_CONFIG))
+      launch.execute(steps, _JOBS.value, _DRY_RUN.value)
     report = report_command(os.path.join(_ROOT.value, "ground_v2"), _OUT.value)
     if _DRY_RUN.value:
       print(" ".join(report))

@@ -44,6 +44,26 @@ Rollout engines (oracle: `oracle_treepo`, TreePO cut at step boundaries):
                      (c_b 20.8, above any C_t: -log 1e-9 = 20.7); a carry is a choice of two, so
                      at most 2 branches, and children may branch at their own next decision
                      (`nested`); the prune rule cut right and wrong completions alike, so it is off.
+  arrol_g4           ARRoL (§6.6) as the ladder's preset that gained +0.018 +- 0.015 there
+                     (experiments/sweeps/engine.py), replicated at G = 4: N0 = 6 rows a prompt,
+                     pruned to 4 at 24 of 96 tokens (prune_frac 0.25) by the online quality head,
+                     the balanced keep rule (rho 0.5, §6.6's worked N0 = 6, N = 4).
+  april_g4           APRIL (§7) as slime's scripts: twice the groups launched (`partial.groups` 0
+                     = 2 x 32), the first 32 complete are the batch, the rest resume next step;
+                     truncated importance sampling, cap 2 (the ladder's preset).
+  latr_g4            LATR (§3.1) with the reference's math settings (config defaults): tau_abs
+                     0.15, tau_rel 0.25 (a 0.6/0.4 carry choice forks: 0.4 > 0.15 and 0.2 <
+                     0.25), windows (20, 30, 50), suffix-match 0.2 and ROUGE-L 0.5; its mix
+                     schedule keeps all 4 rows from the tree over these 100 steps (eta 1 to step
+                     100).
+  eptree_g4          EPTree (§3.2) at 4 leaves: (M, N, L, T) = (2, 1, 1, 1), two chains, each
+                     forked once at its highest -log p token with one continuation (the
+                     reference's (6, 2, 1, 2) makes 30 leaves and keeps 16, 7.5x the rows), and
+                     TreeRL's advantage in the reference code's form (`treerl_code`).
+  treepo_fixed       TreePO (§3.3) as its reference segments it: fixed-length segments, 512 of
+                     8,192 tokens there, so 6 of 96 here, 2 paths from the prompt forking into 2
+                     (4 leaves), TreePO's subgroup advantage. The family's oracle is the same
+                     engine cut at the scratchpad's newlines (`oracle_treepo`, ground_v2).
 
 Allocation and data selection (oracle: `oracle_knapsack_pool`; baseline: `grpo_g4_pool`). On the
 full train set a prompt is almost never drawn twice, so a history-based allocator has nothing
@@ -108,6 +128,19 @@ POLICY_LR = 4e-5  # ladder2.py's RL learning rate
 ECHO_MEASURED = {"entropy_high": 0.3, "entropy_low": 0.0, "branch_threshold": 20.8,
                  "max_branches": 2, "prune": False, "nested": True}
 
+# The other rollout engines at G = 4 (see the module docstring for each setting's source).
+ENGINES = {
+    "arrol_g4": {"rl.rollout": "arrol", "rl.arrol.oversample": 1.5, "rl.arrol.prune_frac": 0.25,
+                 "rl.arrol.rule": "balanced"},
+    "april_g4": {"rl.partial.enabled": True, "rl.tis_cap": 2.0},
+    "latr_g4": {"rl.rollout": "latr"},
+    "eptree_g4": {"rl.rollout": "eptree", "rl.eptree.num_chains": 2,
+                  "rl.eptree.forks_per_round": 1, "rl.eptree.rounds": 1,
+                  "rl.eptree.branches": 1, "rl.advantage": "treerl_code"},
+    "treepo_fixed": {"rl.rollout": "treepo", "rl.treepo.segment": "fixed",
+                     "rl.treepo.segment_len": 6, "rl.advantage": "treepo"},
+}
+
 # Allocators run on a fixed pool of POOL train problems (`rl.prompt_pool`), so that 100 steps of 32
 # prompts revisit each about 8 times and history-based estimates exist (on the full train set a
 # prompt is almost never seen twice); a prompt may get up to MAX_ROWS rows of the same 128-row
@@ -155,6 +188,7 @@ def variants(root: str = "runs/sweeps") -> dict:
                       "rl.process.norm": "batch"},
       "echo_measured": dict({"rl.rollout": "echo"},
                             **{f"rl.echo.{k}": v for k, v in ECHO_MEASURED.items()}),
+      **ENGINES,
       # The allocators' family, all on the pool: its baseline and oracle first.
       "grpo_g4_pool": dict(ON_POOL),
       "oracle_knapsack_pool": dict(RAGGED, **{
@@ -184,6 +218,7 @@ FAMILIES = {
     "pav_truth_a1": ("process reward", "oracle_prm"),
     "prime_ratio": ("process reward", "oracle_prm"),
     "echo_measured": ("rollout engine", "oracle_treepo"),
+    **{name: ("rollout engine", "oracle_treepo") for name in ENGINES},
     "knapsack_buf16": ("allocation", "oracle_knapsack_pool", "grpo_g4_pool"),
     "dars_hw_pool": ("allocation", "oracle_knapsack_pool", "grpo_g4_pool"),
     "xrpo_pool": ("allocation", "oracle_knapsack_pool", "grpo_g4_pool"),
@@ -215,6 +250,12 @@ def get_sweep(root: str = "runs/sweeps", split: str = "test", only=None) -> list
   return [dict(overrides, seed=seed, name=f"{variant}_seed{seed}")
           for seed in seeds for variant, overrides in presets.items()
           if (seed in DEV_SEEDS or variant not in SCREENED_OUT) and (not only or variant in only)]
+
+
+def prms_needed(sweep: list[dict], root: str) -> list[str]:
+  """The PRMs (names in PRMS) whose directory a run of `sweep` reads, in PRMS' order."""
+  dirs = {run.get("rl.process.prm_dir") for run in sweep}
+  return [name for name in PRMS if prm_dir(root, name) in dirs]
 
 
 def prm_command(root: str, name: str) -> list[str]:
@@ -271,6 +312,12 @@ BUFFER, MIN_OBS = 16, 8
 RATE_BINS = ("no estimate", "p = 0", "0 < p < 1", "p = 1")
 MECHANISM_METRICS = ("informative_frac", "alloc/n_max", "alloc/groups_n17_up", "v05/extra_rows",
                      "v05/rejected_frac", "v05/w_mean")
+# What a rollout engine did, per RL step: the tokens it decoded and those its batch holds, the
+# forks a tree made and the rows it pruned, ARRoL's quality head (accuracy and BCE on each round's
+# survivors) and APRIL's share of tokens from an older policy.
+ENGINE_METRICS = ("rollout_tokens", "batch_tokens", "tree_forks", "tree_pruned",
+                  "tree_fork_prefix_mean", "arrol/rows_pruned", "arrol/head_acc",
+                  "arrol/head_loss", "april/offpolicy_token_frac", "april/resumed_groups")
 
 
 def rows_by_prior_rate(history: RolloutHistory) -> dict:
@@ -300,8 +347,8 @@ def mechanism(workdir: str) -> dict:
   """One run's mechanism numbers: the means over RL steps of MECHANISM_METRICS it logged, and,
   for a run that kept its history, `rows_by_prior_rate`."""
   recs = [r for r in read_metrics(workdir) if r.get("phase") == "rl"]
-  out = {k: float(np.mean([r[k] for r in recs if k in r])) for k in MECHANISM_METRICS
-         if any(k in r for r in recs)}
+  out = {k: float(np.mean([r[k] for r in recs if k in r])) for k in (
+      *MECHANISM_METRICS, *ENGINE_METRICS) if any(k in r for r in recs)}
   path = os.path.join(workdir, workdir_lib.HISTORY_FILE)
   if os.path.exists(path):
     out["rows_by_prior_rate"] = rows_by_prior_rate(RolloutHistory.from_jsonl(path))
@@ -309,10 +356,11 @@ def mechanism(workdir: str) -> dict:
 
 
 def mechanism_variants() -> tuple:
-  """The presets whose mechanism the table describes: those on the prompt pool (allocators, data
-  selection, their baseline, oracle and the recipe) and V0.5's."""
+  """The presets whose mechanism the tables describe: those on the prompt pool (allocators, data
+  selection, their baseline, oracle and the recipe), V0.5's and the rollout engines."""
   return tuple(v for v, o in variants().items()
-               if "rl.prompt_pool" in o or o.get("rl.advantage") == "v05")
+               if "rl.prompt_pool" in o or o.get("rl.advantage") == "v05"
+               or FAMILIES.get(v, ("",))[0] == "rollout engine")
 
 
 def _mean_tree(items: list):
@@ -335,6 +383,13 @@ def add_mechanism(out_prefix: str, root: str, names=None) -> None:
            " | ".join(f"rows/visit at {b} (share)" for b in RATE_BINS) +
            " | visits per prompt | V0.5 extra rows / step | V0.5 prior rejected |",
            "|---|---:|---:|" + "---:|" * len(RATE_BINS) + "---:|---:|---:|"]
+  engine_lines = ["", "Rollout engines, per RL step: decoded tokens, tokens in the batch, "
+                  "informative groups, forks and pruned rows of a tree, ARRoL's quality head "
+                  "(accuracy, BCE) and its pruned rows, APRIL's resumed groups and share of "
+                  "tokens from an older policy.", "",
+                  "| variant | decoded tokens | batch tokens | informative groups | forks | "
+                  "pruned (tree) | ARRoL pruned rows | ARRoL head acc (BCE) | APRIL resumed "
+                  "groups | APRIL off-policy tokens |", "|---|" + "---:|" * 9]
   fmt = lambda x, f="{:.2f}": "-" if x is None else f.format(x)
   for v in data["variants"]:
     if names is not None and v["name"] not in names:
@@ -347,6 +402,17 @@ def add_mechanism(out_prefix: str, root: str, names=None) -> None:
     keys = [k for k in runs[0] if all(k in r for r in runs)]  # Every seed has them, in order.
     m = _mean_tree([{k: r[k] for k in keys} for r in runs])
     v["mechanism"] = m
+    if FAMILIES.get(v["name"], ("",))[0] == "rollout engine":
+      acc, bce = m.get("arrol/head_acc"), m.get("arrol/head_loss")
+      engine_lines.append(
+          f"| {v['name']} | {fmt(m.get('rollout_tokens'), '{:,.0f}')} | "
+          f"{fmt(m.get('batch_tokens'), '{:,.0f}')} | {fmt(m.get('informative_frac'))} | "
+          f"{fmt(m.get('tree_forks'), '{:.1f}')} | {fmt(m.get('tree_pruned'), '{:.1f}')} | "
+          f"{fmt(m.get('arrol/rows_pruned'), '{:.1f}')} | "
+          + ("-" if acc is None else f"{acc:.2f} ({bce:.3f})") + " | "
+          f"{fmt(m.get('april/resumed_groups'), '{:.1f}')} | "
+          f"{fmt(m.get('april/offpolicy_token_frac'))} |")
+      continue  # On the full train set a prompt has no history to bin by.
     by = m.get("rows_by_prior_rate")
     if by is None:
       continue
@@ -358,6 +424,8 @@ def add_mechanism(out_prefix: str, root: str, names=None) -> None:
                  f"{fmt(m.get('v05/extra_rows'), '{:.1f}')} | {fmt(m.get('v05/rejected_frac'))} |")
   with open(out_prefix + ".json", "w") as f:
     json.dump(data, f, indent=1)
+  if len(engine_lines) > 5:
+    lines += engine_lines
   with open(out_prefix + ".md", "a") as f:
     f.write("\n".join(lines) + "\n")
 
@@ -375,6 +443,9 @@ if __name__ == "__main__":
                                    "have finished so far; start none.")
   _VARIANTS = flags.DEFINE_list("variants", None, "Run these presets only (default: all); the "
                                 "report still reads every finished run.")
+  _REPORT_NAME = flags.DEFINE_string("report_name", None, "The report's file name, without "
+                                     "suffix (default: methods_v2_report, or "
+                                     "methods_v2_dev_report with --split=dev).")
 
   def main(argv):
     if len(argv) > 1:
@@ -389,15 +460,15 @@ if __name__ == "__main__":
                           os.path.join(root, "methods_v2"), True,
                           launch.base_sft_seed(BASE_CONFIG))
       launch.execute(steps[:1], 1, _DRY_RUN.value)  # the shared SFT
-      for name in PRMS:
+      for name in prms_needed(sweep, root):
         cmd = prm_command(root, name)
         if _DRY_RUN.value:
           print(" ".join(cmd))
         elif not os.path.exists(os.path.join(prm_dir(root, name), "prm.json")):
           subprocess.run(cmd, check=True)
       launch.execute(steps[1:], _JOBS.value, _DRY_RUN.value)
-    out = os.path.join(_OUT.value, "methods_v2_report" if _SPLIT.value == "test" else
-                       "methods_v2_dev_report")
+    out = os.path.join(_OUT.value, _REPORT_NAME.value or (
+        "methods_v2_report" if _SPLIT.value == "test" else "methods_v2_dev_report"))
     report = report_command(root, out, _SPLIT.value)
     if _DRY_RUN.value:
       print(" ".join(report))
