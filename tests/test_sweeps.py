@@ -133,6 +133,16 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
                         f"--workdir_root={tmp_path}", "--variants=arrol_g4,pav_truth_a1"],
                        capture_output=True, text=True, check=True).stdout.splitlines()
   assert [line for line in out if "train_prm" in line] == [out[1]] and "--kinds=truth" in out[1]
+  out = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
+                        f"--workdir_root={tmp_path}", "--variants=arrol_g4", "--seeds=1,3",
+                        "--report_name=engines"], capture_output=True, text=True,
+                       check=True).stdout.splitlines()
+  assert [l.split("--config.seed=")[1].split()[0] for l in out[1:-1]] == ["1", "3"]
+  assert out[-1].endswith("--json=experiments/sweeps/engines.json")
+  bad = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
+                        "--split=dev", "--seeds=4"], capture_output=True, text=True)
+  assert bad.returncode != 0 and "--seeds=4: expected seeds of the dev split, [0, 1, 2]" in (
+      bad.stderr)
   bad = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
                         "--variants=vade_pool,nope"], capture_output=True, text=True)
   assert bad.returncode != 0 and "--variants names ['nope']; expected names from" in bad.stderr
@@ -509,7 +519,8 @@ def test_methods_v2_engine_table_reads_each_engines_own_metrics(tmp_path):
   """The engines' table: seed means over RL steps of the metrics each engine logs; '-' where an
   engine has none (LATR prunes no rows by a head, ARRoL makes no forks)."""
   runs = {"arrol_g4": [{"rollout_tokens": 700.0, "batch_tokens": 500.0, "informative_frac": 0.4,
-                        "arrol/rows_pruned": 64.0, "arrol/head_acc": 0.7, "arrol/head_loss": 0.5}],
+                        "arrol/rows_pruned": 64.0, "arrol/head_acc": 0.7, "arrol/head_loss": 0.5,
+                        "reward_mean": 0.25}],
           "latr_g4": [{"rollout_tokens": 400.0, "batch_tokens": 500.0, "informative_frac": 0.5,
                        "tree_forks": 30.0, "tree_pruned": 2.0},
                       {"rollout_tokens": 600.0, "batch_tokens": 500.0, "informative_frac": 0.6,
@@ -527,7 +538,7 @@ def test_methods_v2_engine_table_reads_each_engines_own_metrics(tmp_path):
   out.with_suffix(".md").write_text("table\n")
   methods_v2.add_mechanism(str(out), str(tmp_path), methods_v2.mechanism_variants())
   lines = out.with_suffix(".md").read_text().splitlines()
-  assert "| arrol_g4 | 700 | 500 | 0.40 | - | - | 64.0 | 0.70 (0.500) | - | - |" in lines
+  assert "| arrol_g4 | 700 | 500 | 0.40 | - | - | 64.0 | 0.70 (0.500; 0.75) | - | - |" in lines
   assert "| latr_g4 | 500 | 500 | 0.55 | 40.0 | 3.0 | - | - | - | - |" in lines
   v = json.loads(out.with_suffix(".json").read_text())["variants"]
   assert v[1]["mechanism"]["tree_forks"] == 40.0

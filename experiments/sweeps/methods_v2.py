@@ -349,6 +349,10 @@ def mechanism(workdir: str) -> dict:
   recs = [r for r in read_metrics(workdir) if r.get("phase") == "rl"]
   out = {k: float(np.mean([r[k] for r in recs if k in r])) for k in (
       *MECHANISM_METRICS, *ENGINE_METRICS) if any(k in r for r in recs)}
+  head = [r for r in recs if "arrol/head_acc" in r and "reward_mean" in r]
+  if head:  # the accuracy of always guessing the batch's more common outcome
+    out["arrol/constant_acc"] = float(np.mean([max(r["reward_mean"], 1 - r["reward_mean"])
+                                               for r in head]))
   path = os.path.join(workdir, workdir_lib.HISTORY_FILE)
   if os.path.exists(path):
     out["rows_by_prior_rate"] = rows_by_prior_rate(RolloutHistory.from_jsonl(path))
@@ -385,10 +389,11 @@ def add_mechanism(out_prefix: str, root: str, names=None) -> None:
            "|---|---:|---:|" + "---:|" * len(RATE_BINS) + "---:|---:|---:|"]
   engine_lines = ["", "Rollout engines, per RL step: decoded tokens, tokens in the batch, "
                   "informative groups, forks and pruned rows of a tree, ARRoL's quality head "
-                  "(accuracy, BCE) and its pruned rows, APRIL's resumed groups and share of "
+                  "(accuracy and BCE on the survivors' outcomes, and the accuracy of always "
+                  "guessing the batch's more common outcome) and its pruned rows, APRIL's resumed groups and share of "
                   "tokens from an older policy.", "",
                   "| variant | decoded tokens | batch tokens | informative groups | forks | "
-                  "pruned (tree) | ARRoL pruned rows | ARRoL head acc (BCE) | APRIL resumed "
+                  "pruned (tree) | ARRoL pruned rows | ARRoL head acc (BCE; constant guess) | APRIL resumed "
                   "groups | APRIL off-policy tokens |", "|---|" + "---:|" * 9]
   fmt = lambda x, f="{:.2f}": "-" if x is None else f.format(x)
   for v in data["variants"]:
@@ -403,13 +408,14 @@ def add_mechanism(out_prefix: str, root: str, names=None) -> None:
     m = _mean_tree([{k: r[k] for k in keys} for r in runs])
     v["mechanism"] = m
     if FAMILIES.get(v["name"], ("",))[0] == "rollout engine":
-      acc, bce = m.get("arrol/head_acc"), m.get("arrol/head_loss")
+      acc, bce, const = (m.get(k) for k in ("arrol/head_acc", "arrol/head_loss",
+                                            "arrol/constant_acc"))
       engine_lines.append(
           f"| {v['name']} | {fmt(m.get('rollout_tokens'), '{:,.0f}')} | "
           f"{fmt(m.get('batch_tokens'), '{:,.0f}')} | {fmt(m.get('informative_frac'))} | "
           f"{fmt(m.get('tree_forks'), '{:.1f}')} | {fmt(m.get('tree_pruned'), '{:.1f}')} | "
           f"{fmt(m.get('arrol/rows_pruned'), '{:.1f}')} | "
-          + ("-" if acc is None else f"{acc:.2f} ({bce:.3f})") + " | "
+          + ("-" if acc is None else f"{acc:.2f} ({bce:.3f}; {fmt(const)})") + " | "
           f"{fmt(m.get('april/resumed_groups'), '{:.1f}')} | "
           f"{fmt(m.get('april/offpolicy_token_frac'))} |")
       continue  # On the full train set a prompt has no history to bin by.
@@ -443,6 +449,9 @@ if __name__ == "__main__":
                                    "have finished so far; start none.")
   _VARIANTS = flags.DEFINE_list("variants", None, "Run these presets only (default: all); the "
                                 "report still reads every finished run.")
+  _SEEDS = flags.DEFINE_list("seeds", None, "Run these seeds only (default: the split's); a "
+                             "second launcher can then share a sweep without running the same "
+                             "run twice.")
   _REPORT_NAME = flags.DEFINE_string("report_name", None, "The report's file name, without "
                                      "suffix (default: methods_v2_report, or "
                                      "methods_v2_dev_report with --split=dev).")
@@ -453,8 +462,13 @@ if __name__ == "__main__":
     root = _ROOT.value
     try:
       sweep = get_sweep(root, _SPLIT.value, _VARIANTS.value)
+      seeds = {int(x) for x in _SEEDS.value or ()}
     except ValueError as e:
       raise app.UsageError(str(e)) from None
+    if seeds - {run["seed"] for run in sweep}:
+      raise app.UsageError(f"--seeds={','.join(_SEEDS.value)}: expected seeds of the "
+                           f"{_SPLIT.value} split, {sorted({run['seed'] for run in sweep})}")
+    sweep = [run for run in sweep if not seeds or run["seed"] in seeds]
     if not _REPORT_ONLY.value:
       steps = launch.plan(sweep, BASE_CONFIG,
                           os.path.join(root, "methods_v2"), True,
