@@ -525,9 +525,10 @@ def test_methods_v2_engine_table_reads_each_engines_own_metrics(tmp_path):
                        "tree_forks": 30.0, "tree_pruned": 2.0},
                       {"rollout_tokens": 600.0, "batch_tokens": 500.0, "informative_frac": 0.6,
                        "tree_forks": 50.0, "tree_pruned": 4.0}]}
+  runs["grpo_g4"] = [{"rollout_tokens": 500.0, "batch_tokens": 500.0, "informative_frac": 0.5}]
   for name, steps in runs.items():
     for seed in (0, 1):
-      d = tmp_path / "methods_v2" / f"{name}_seed{seed}"
+      d = tmp_path / ("ground_v2" if name == "grpo_g4" else "methods_v2") / f"{name}_seed{seed}"
       d.mkdir(parents=True)
       (d / "summary.json").write_text("{}")
       (d / "metrics.jsonl").write_text("".join(
@@ -540,6 +541,8 @@ def test_methods_v2_engine_table_reads_each_engines_own_metrics(tmp_path):
   lines = out.with_suffix(".md").read_text().splitlines()
   assert "| arrol_g4 | 700 | 500 | 0.40 | - | - | 64.0 | 0.70 (0.500; 0.75) | - | - |" in lines
   assert "| latr_g4 | 500 | 500 | 0.55 | 40.0 | 3.0 | - | - | - | - |" in lines
+  assert "| grpo_g4 | 500 | 500 | 0.50 | - | - | - | - | - | - |" in lines  # ground_v2's run
   v = json.loads(out.with_suffix(".json").read_text())["variants"]
   assert v[1]["mechanism"]["tree_forks"] == 40.0
   assert not any(l.startswith("| latr_g4 | -") for l in lines)  # not in the pool's table
+  assert not any("rows/visit" in l for l in lines)  # ... which, with no rows, is left out

@@ -5,7 +5,8 @@ report (experiments/sweeps/ground_v2_report.{md,png,json}):
 
     python -m experiments.sweeps.ground_v2 --workdir_root=runs/sweeps --jobs=2
 
-`--report_only` writes the report from the runs finished so far (a partial sweep).
+`--report_only` writes the report from the runs finished so far (a partial sweep);
+`--variants=grpo_g4,...` runs those variants alone (the report still reads every finished run).
 
 It is `experiments.sweeps.launch --sweep=ground_v2 --base_config=experiments/configs/ladder2.py`
 followed by `experiments.report` on the finished runs with `--baseline=grpo_g4` (paired

@@ -13,8 +13,11 @@ variant with its `family`, `oracle`, `recovered_share` and `recovered_share_ci95
 The runs go to ROOT/methods_v2/NAME; the PRMs to
 ROOT/methods_v2/_prm/{pav,truth}. The SFT policy is ground_v2's (`sft.seed = 0` pins it; a link
 from ROOT/methods_v2/_sft to ROOT/ground_v2/_sft saves its 7 minutes, else the launcher trains it
-again, bit for bit the same), so every run pairs with ground_v2's `grpo_g4` and `oracle_prm` of
-the same seed. The report is `experiments.report` over both directories with each variant's
+again, bit for bit the same on the same machine), so every run pairs with ground_v2's `grpo_g4`
+and `oracle_prm` of the same seed. Runs pair only with runs from the same machine: the same code
+and config on another 2-core CPU machine trained an SFT policy of dev/test greedy 0.285/0.279
+(against 0.282/0.271) and a GRPO G = 4 seed 0 of test 0.504 (against 0.437), so a sweep on a new
+machine runs its baselines again (`ground_v2 --variants=grpo_g4`). The report is `experiments.report` over both directories with each variant's
 family oracle (`--oracle=METHOD:ORACLE`, the share of the oracle's gain recovered);
 experiments/README, "Which method helps, and how much", has the table.
 
@@ -359,12 +362,20 @@ def mechanism(workdir: str) -> dict:
   return out
 
 
+def _engine_row(name: str) -> bool:
+  """Whether `name` has a row in the engines' table: the engines, and G = 4 and the family's
+  oracle (ground_v2's runs) to read them against."""
+  return (FAMILIES.get(name, ("",))[0] == "rollout engine" or
+          name in (ground_v2.BASELINE, "oracle_treepo"))
+
+
 def mechanism_variants() -> tuple:
-  """The presets whose mechanism the tables describe: those on the prompt pool (allocators, data
-  selection, their baseline, oracle and the recipe), V0.5's and the rollout engines."""
+  """The variants whose mechanism the tables describe: the presets on the prompt pool
+  (allocators, data selection, their baseline, oracle and the recipe), V0.5's and the rollout
+  engines, and ground_v2's G = 4 and TreePO oracle beside the engines."""
   return tuple(v for v, o in variants().items()
-               if "rl.prompt_pool" in o or o.get("rl.advantage") == "v05"
-               or FAMILIES.get(v, ("",))[0] == "rollout engine")
+               if "rl.prompt_pool" in o or o.get("rl.advantage") == "v05" or _engine_row(v)) + (
+                   ground_v2.BASELINE, "oracle_treepo")
 
 
 def _mean_tree(items: list):
@@ -376,17 +387,18 @@ def _mean_tree(items: list):
 
 def add_mechanism(out_prefix: str, root: str, names=None) -> None:
   """Adds each variant's seed-mean `mechanism` to OUT.json and a table of it to OUT.md, for the
-  variants of this sweep (methods_v2 runs under ROOT/methods_v2; `names` limits them)."""
+  variants of this sweep (runs under ROOT/methods_v2, GROUND's under ROOT/ground_v2; `names`
+  limits them)."""
   with open(out_prefix + ".json") as f:
     data = json.load(f)
-  lines = ["", "## What the mechanisms did (means over steps and seeds)", "",
-           f"Rows per visit of a prompt by its success rate over its last {BUFFER} rollouts "
+  lines = ["", f"Rows per visit of a prompt by its success rate over its last {BUFFER} rollouts "
            f"before the visit (no estimate under {MIN_OBS}), their share of all rows, and visits "
            "per prompt drawn.",
            "", "| variant | informative groups | largest group | " +
            " | ".join(f"rows/visit at {b} (share)" for b in RATE_BINS) +
            " | visits per prompt | V0.5 extra rows / step | V0.5 prior rejected |",
            "|---|---:|---:|" + "---:|" * len(RATE_BINS) + "---:|---:|---:|"]
+  pool_header = len(lines)
   engine_lines = ["", "Rollout engines, per RL step: decoded tokens, tokens in the batch, "
                   "informative groups, forks and pruned rows of a tree, ARRoL's quality head "
                   "(accuracy and BCE on the survivors' outcomes, and the accuracy of always "
@@ -395,19 +407,21 @@ def add_mechanism(out_prefix: str, root: str, names=None) -> None:
                   "| variant | decoded tokens | batch tokens | informative groups | forks | "
                   "pruned (tree) | ARRoL pruned rows | ARRoL head acc (BCE; constant guess) | APRIL resumed "
                   "groups | APRIL off-policy tokens |", "|---|" + "---:|" * 9]
+  engine_header = len(engine_lines)
   fmt = lambda x, f="{:.2f}": "-" if x is None else f.format(x)
   for v in data["variants"]:
     if names is not None and v["name"] not in names:
       continue
+    sub = "ground_v2" if v["name"] in GROUND else "methods_v2"
     dirs = sorted(os.path.dirname(f) for f in glob.glob(
-        os.path.join(root, "methods_v2", v["name"] + "_seed*", "summary.json")))
+        os.path.join(root, sub, v["name"] + "_seed*", "summary.json")))
     if not dirs:
       continue
     runs = [mechanism(d) for d in dirs]
     keys = [k for k in runs[0] if all(k in r for r in runs)]  # Every seed has them, in order.
     m = _mean_tree([{k: r[k] for k in keys} for r in runs])
     v["mechanism"] = m
-    if FAMILIES.get(v["name"], ("",))[0] == "rollout engine":
+    if _engine_row(v["name"]):
       acc, bce, const = (m.get(k) for k in ("arrol/head_acc", "arrol/head_loss",
                                             "arrol/constant_acc"))
       engine_lines.append(
@@ -430,8 +444,9 @@ def add_mechanism(out_prefix: str, root: str, names=None) -> None:
                  f"{fmt(m.get('v05/extra_rows'), '{:.1f}')} | {fmt(m.get('v05/rejected_frac'))} |")
   with open(out_prefix + ".json", "w") as f:
     json.dump(data, f, indent=1)
-  if len(engine_lines) > 5:
-    lines += engine_lines
+  lines = (["", "## What the mechanisms did (means over steps and seeds)"] +
+           (lines if len(lines) > pool_header else []) +  # the tables that have rows
+           (engine_lines if len(engine_lines) > engine_header else []))
   with open(out_prefix + ".md", "a") as f:
     f.write("\n".join(lines) + "\n")
 
