@@ -8,16 +8,18 @@ runs the presets from ground_v2's shared SFT, two runs at a time:
 and writes experiments/sweeps/methods_v2_dev_report.{md,png,json} (dev accuracy); the default
 runs the table's 5 seeds and writes methods_v2_report.{md,png,json} (test accuracy), each JSON
 variant with its `family`, `oracle`, `recovered_share` and `recovered_share_ci95`.
-`--report_only` writes the report from the runs finished so far.
+`--report_only` writes the report from the runs finished so far; `--report_name` names it
+(LATR, EPTree and ARRoL ran from a retrained SFT: methods_v2_engines_report).
 
 The runs go to ROOT/methods_v2/NAME; the PRMs to
 ROOT/methods_v2/_prm/{pav,truth}. The SFT policy is ground_v2's (`sft.seed = 0` pins it; a link
 from ROOT/methods_v2/_sft to ROOT/ground_v2/_sft saves its 7 minutes, else the launcher trains it
 again, bit for bit the same on the same machine), so every run pairs with ground_v2's `grpo_g4`
-and `oracle_prm` of the same seed. Runs pair only with runs from the same machine: the same code
-and config on another 2-core CPU machine trained an SFT policy of dev/test greedy 0.285/0.279
-(against 0.282/0.271) and a GRPO G = 4 seed 0 of test 0.504 (against 0.437), so a sweep on a new
-machine runs its baselines again (`ground_v2 --variants=grpo_g4`). The report is `experiments.report` over both directories with each variant's
+and `oracle_prm` of the same seed. Runs pair only with runs from the same machine and install: the
+same code and config, installed afresh on another 2-core CPU machine (2026-11-27), trained an SFT
+policy of dev/test greedy 0.285/0.279 (against 0.282/0.271), and GRPO G = 4 from it ended at
+0.506 on the test set over 5 seeds (against 0.452), so a sweep on a new machine runs its
+baselines again (`ground_v2 --variants=grpo_g4`). The report is `experiments.report` over both directories with each variant's
 family oracle (`--oracle=METHOD:ORACLE`, the share of the oracle's gain recovered);
 experiments/README, "Which method helps, and how much", has the table.
 
