@@ -19,8 +19,9 @@ and `oracle_prm` of the same seed. Runs pair only with runs from the same machin
 same code and config, installed afresh on another 2-core CPU machine (2026-11-27), trained an SFT
 policy of dev/test greedy 0.285/0.279 (against 0.282/0.271), and GRPO G = 4 from it ended at
 0.506 on the test set over 5 seeds (against 0.452), so a sweep on a new machine runs its
-baselines again (`ground_v2 --variants=grpo_g4`). The report is `experiments.report` over both directories with each variant's
-family oracle (`--oracle=METHOD:ORACLE`, the share of the oracle's gain recovered);
+baselines again (`ground_v2 --variants=grpo_g4`). The report is `experiments.report` over both
+directories with each variant's family oracle (`--oracle=METHOD:ORACLE`, the share of the
+oracle's gain recovered);
 experiments/README, "Which method helps, and how much", has the table.
 
 Process rewards (oracle: `oracle_prm`, PAV with a perfect prover):
@@ -404,11 +405,11 @@ def add_mechanism(out_prefix: str, root: str, names=None) -> None:
   engine_lines = ["", "Rollout engines, per RL step: decoded tokens, tokens in the batch, "
                   "informative groups, forks and pruned rows of a tree, ARRoL's quality head "
                   "(accuracy and BCE on the survivors' outcomes, and the accuracy of always "
-                  "guessing the batch's more common outcome) and its pruned rows, APRIL's resumed groups and share of "
-                  "tokens from an older policy.", "",
+                  "guessing the batch's more common outcome) and its pruned rows, APRIL's "
+                  "resumed groups and share of tokens from an older policy.", "",
                   "| variant | decoded tokens | batch tokens | informative groups | forks | "
-                  "pruned (tree) | ARRoL pruned rows | ARRoL head acc (BCE; constant guess) | APRIL resumed "
-                  "groups | APRIL off-policy tokens |", "|---|" + "---:|" * 9]
+                  "pruned (tree) | ARRoL pruned rows | ARRoL head acc (BCE; constant guess) | "
+                  "APRIL resumed groups | APRIL off-policy tokens |", "|---|" + "---:|" * 9]
   engine_header = len(engine_lines)
   fmt = lambda x, f="{:.2f}": "-" if x is None else f.format(x)
   for v in data["variants"]:
