@@ -20,8 +20,7 @@ from experiments import report
 from experiments.configs import ladder as ladder_config
 from experiments.configs import ladder2 as ladder2_config
 from experiments.sweeps import (estimators, ground_v2, ground_v2_pilot, ladder_baselines, launch,
-                               methods_v2,
-                                value_priors)
+                               mechanism, methods_v2, value_priors)
 from rl_jax import experiment, fingerprint, models
 from rl_jax.metrics import MetricsWriter
 from rl_jax.rollout import checks
@@ -482,7 +481,7 @@ def test_methods_v2_rows_by_prior_rate_reads_the_16_rollout_buffer(tmp_path):
   h.record(0, [1, 2], [8, 4], [0, 4])
   h.record(1, [1], [16], [4])
   h.record(2, [1, 2], [4, 2], [1, 1])
-  by = methods_v2.rows_by_prior_rate(h)
+  by = mechanism.rows_by_prior_rate(h)
   assert by["no estimate"] == dict(visits=3, rows_per_visit=pytest.approx(14 / 3),
                                    row_share=pytest.approx(14 / 34))
   assert by["p = 0"] == dict(visits=1, rows_per_visit=16.0, row_share=pytest.approx(16 / 34))

@@ -1,0 +1,73 @@
+"""What a methods_v2 run's mechanism did, read from its metrics and rollout history: the rows a
+prompt got at a visit by its recent success rate (the allocators), V0.5's extra rows, and a
+rollout engine's decoded tokens, forks, prunes and quality head. `methods_v2.add_mechanism` puts
+the seed means into the report."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from rl_jax import workdir as workdir_lib
+from rl_jax.metrics import read_metrics
+from rl_jax.value.history import RolloutHistory
+
+# What each allocator's mechanism did, read from a run's rollout history: the rows a prompt got
+# at a visit by what its last BUFFER rollouts before it said (no estimate below MIN_OBS).
+BUFFER, MIN_OBS = 16, 8
+RATE_BINS = ("no estimate", "p = 0", "0 < p < 1", "p = 1")
+MECHANISM_METRICS = ("informative_frac", "alloc/n_max", "alloc/groups_n17_up", "v05/extra_rows",
+                     "v05/rejected_frac", "v05/w_mean")
+# What a rollout engine did, per RL step: the tokens it decoded and those its batch holds, the
+# forks a tree made and the rows it pruned, ARRoL's quality head (accuracy and BCE on each round's
+# survivors) and APRIL's share of tokens from an older policy.
+ENGINE_METRICS = ("rollout_tokens", "batch_tokens", "tree_forks", "tree_pruned",
+                  "tree_fork_prefix_mean", "arrol/rows_pruned", "arrol/head_acc",
+                  "arrol/head_loss", "april/offpolicy_token_frac", "april/resumed_groups")
+
+
+def rows_by_prior_rate(history: RolloutHistory) -> dict:
+  """{bin: {'visits', 'rows_per_visit', 'row_share'}} over every (prompt, step) visit of the
+  history, the bin set by the prompt's success rate over its newest BUFFER rollouts before that
+  step (RATE_BINS; 'no estimate' under MIN_OBS rollouts); and 'visits_per_prompt', the mean
+  number of steps at which a prompt that was drawn at all was drawn."""
+  rec = history.records()
+  rows = {b: [] for b in RATE_BINS}
+  for step in np.unique(rec["step"]):
+    ids = np.unique(rec["prompt_id"][rec["step"] == step])
+    n, _ = history.stats(ids, since_step=int(step), before_step=int(step) + 1)
+    att, suc = history.stats(ids, before_step=int(step), last_rollouts=BUFFER)
+    p = suc / np.maximum(att, 1)
+    kind = np.where(att < MIN_OBS, 0, np.where(p == 0, 1, np.where(p == 1, 3, 2)))
+    for k, b in enumerate(RATE_BINS):
+      rows[b].extend(n[kind == k].tolist())
+  total = max(sum(sum(v) for v in rows.values()), 1)
+  visits = [len(np.unique(rec["step"][rec["prompt_id"] == i])) for i in np.unique(rec["prompt_id"])]
+  out = {b: dict(visits=len(v), rows_per_visit=float(np.mean(v)) if v else None,
+                 row_share=sum(v) / total) for b, v in rows.items()}
+  out["visits_per_prompt"] = float(np.mean(visits)) if visits else None
+  return out
+
+
+def mechanism(workdir: str) -> dict:
+  """One run's mechanism numbers: the means over RL steps of MECHANISM_METRICS it logged, and,
+  for a run that kept its history, `rows_by_prior_rate`."""
+  recs = [r for r in read_metrics(workdir) if r.get("phase") == "rl"]
+  out = {k: float(np.mean([r[k] for r in recs if k in r])) for k in (
+      *MECHANISM_METRICS, *ENGINE_METRICS) if any(k in r for r in recs)}
+  head = [r for r in recs if "arrol/head_acc" in r and "reward_mean" in r]
+  if head:  # the accuracy of always guessing the batch's more common outcome
+    out["arrol/constant_acc"] = float(np.mean([max(r["reward_mean"], 1 - r["reward_mean"])
+                                               for r in head]))
+  path = os.path.join(workdir, workdir_lib.HISTORY_FILE)
+  if os.path.exists(path):
+    out["rows_by_prior_rate"] = rows_by_prior_rate(RolloutHistory.from_jsonl(path))
+  return out
+
+
+def mean_tree(items: list):
+  """The elementwise mean of equal-shaped nested dicts of numbers (None where any is None)."""
+  if isinstance(items[0], dict):
+    return {k: mean_tree([i[k] for i in items]) for k in items[0]}
+  return None if any(i is None for i in items) else float(np.mean(items))
