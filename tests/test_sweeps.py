@@ -84,10 +84,10 @@ def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
 
 
 def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tmp_path):
-  """Every preset passes the config checks at GRPO G=4's rows per step; PAV reads the sweep's
-  PRMs; PRIME's PRM rate is the reference's ratio (1e-6 : 5e-7) times ladder2's policy rate; the
-  dev screen runs seeds 0-2 and the table seeds 0-4; the dry run trains the PRMs from the shared
-  SFT before any RL run."""
+  """Every preset passes the config checks at GRPO G=4's rows per step (latr_g8 at G=8's, about
+  G=4's rollout tokens); PAV reads the sweep's PRMs; PRIME's PRM rate is the reference's ratio
+  (1e-6 : 5e-7) times ladder2's policy rate; the dev screen runs seeds 0-2 and the table seeds
+  0-4; the dry run trains the PRMs from the shared SFT before any RL run."""
   runs = methods_v2.get_sweep(str(tmp_path))
   assert {r["seed"] for r in runs} == set(range(5))
   for name in methods_v2.SCREENED_OUT:  # the screen's seeds only
@@ -100,6 +100,9 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
     config_check.check(config)
     if run["name"].startswith("grpo_g4_b24"):  # V0.5's first round alone: 24 x 4 rows
       assert requests_lib.batch_rows(config) == 96
+      continue
+    if run["name"].startswith("latr_g8"):  # G = 8's rows, about G = 4's rollout tokens
+      assert requests_lib.batch_rows(config) == 256
       continue
     assert requests_lib.batch_rows(config) == 128, run["name"]  # G = 4's rows a step
     if config.rl.advantage == "v05":  # its extra rounds draw on the rows the first one leaves

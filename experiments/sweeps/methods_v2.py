@@ -62,6 +62,11 @@ Rollout engines (oracle: `oracle_treepo`, TreePO cut at step boundaries):
                      0.25), windows (20, 30, 50), suffix-match 0.2 and ROUGE-L 0.5; its mix
                      schedule keeps all 4 rows from the tree over these 100 steps (eta 1 to step
                      100).
+  latr_g8            LATR as latr_g4 with 8 rows a prompt (256 rows a step) at about G = 4's
+                     rollout tokens: latr_g4 decoded 2,843 tokens a step for a batch of 5,672 (its
+                     rows share their prefixes up to each fork). The issue's "at GRPO G = 4's
+                     rollout tokens" for a tree engine; read against grpo_g4 (equal tokens) and
+                     grpo_g8 (equal rows).
   eptree_g4          EPTree (§3.2) at 4 leaves: (M, N, L, T) = (2, 1, 1, 1), two chains, each
                      forked once at its highest -log p token with one continuation (the
                      reference's (6, 2, 1, 2) makes 30 leaves and keeps 16, 7.5x the rows), and
@@ -137,6 +142,7 @@ ENGINES = {
                  "rl.arrol.rule": "balanced"},
     "april_g4": {"rl.partial.enabled": True, "rl.tis_cap": 2.0},
     "latr_g4": {"rl.rollout": "latr"},
+    "latr_g8": {"rl.rollout": "latr", "rl.group_size": 8},
     "eptree_g4": {"rl.rollout": "eptree", "rl.eptree.num_chains": 2,
                   "rl.eptree.forks_per_round": 1, "rl.eptree.rounds": 1,
                   "rl.eptree.branches": 1, "rl.advantage": "treerl_code"},
