@@ -513,8 +513,9 @@ def test_methods_v2_rows_by_prior_rate_reads_the_16_rollout_buffer(tmp_path):
                         " - (0.00) | 2.5 | - | - |")
   names = methods_v2.mechanism_variants()
   assert {"knapsack_buf16", "grpo_g4_pool", "v05_v0_eq", "recipe_knapsack_pav"} <= set(names)
-  assert {"echo_measured", "arrol_g4", "latr_g4", "eptree_g4", "treepo_fixed", "april_g4"} <= set(
-      names) and "pav_bok4_a1" not in names
+  assert {"echo_measured", "arrol_g4", "latr_g4", "latr_g8", "eptree_g4", "treepo_fixed",
+          "april_g4", "grpo_g4", "grpo_g8", "oracle_treepo"} <= set(names)
+  assert "pav_bok4_a1" not in names
 
 
 def test_methods_v2_engine_table_reads_each_engines_own_metrics(tmp_path):

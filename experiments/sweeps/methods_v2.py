@@ -316,19 +316,19 @@ def add_families(json_path: str) -> None:
 
 
 def _engine_row(name: str) -> bool:
-  """Whether `name` has a row in the engines' table: the engines, and G = 4 and the family's
-  oracle (ground_v2's runs) to read them against."""
+  """Whether `name` has a row in the engines' table: the engines, and G = 4, G = 8 (latr_g8's
+  rows) and the family's oracle (ground_v2's runs) to read them against."""
   return (FAMILIES.get(name, ("",))[0] == "rollout engine" or
-          name in (ground_v2.BASELINE, "oracle_treepo"))
+          name in (ground_v2.BASELINE, "grpo_g8", "oracle_treepo"))
 
 
 def mechanism_variants() -> tuple:
   """The variants whose mechanism the tables describe: the presets on the prompt pool
   (allocators, data selection, their baseline, oracle and the recipe), V0.5's and the rollout
-  engines, and ground_v2's G = 4 and TreePO oracle beside the engines."""
+  engines, and ground_v2's G = 4, G = 8 and TreePO oracle beside the engines."""
   return tuple(v for v, o in variants().items()
                if "rl.prompt_pool" in o or o.get("rl.advantage") == "v05" or _engine_row(v)) + (
-                   ground_v2.BASELINE, "oracle_treepo")
+                   ground_v2.BASELINE, "grpo_g8", "oracle_treepo")
 
 
 def add_mechanism(out_prefix: str, root: str, names=None) -> None:
