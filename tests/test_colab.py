@@ -82,6 +82,7 @@ def run_notebook(path, env, kernel_specs, timeout=600):  # pylint: disable=redef
   import nbclient  # pylint: disable=g-import-not-at-top
   import nbformat  # pylint: disable=g-import-not-at-top
   from jupyter_client import manager  # pylint: disable=g-import-not-at-top
+  from jupyter_core.utils import run_sync  # pylint: disable=g-import-not-at-top
   with open(path) as f:
     nb = json.load(f)
   for i, cell in enumerate(nb["cells"]):  # nbformat 4.5 wants cell ids; the files carry none
@@ -99,7 +100,12 @@ def run_notebook(path, env, kernel_specs, timeout=600):  # pylint: disable=redef
   km = manager.AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_specs)
   client = nbclient.NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
                                    resources={"metadata": {"path": ROOT}})
-  client.execute(env=env)
+  try:
+    client.execute(env=env)
+  finally:  # nbclient shuts down only a kernel whose manager it made (`owns_km`)
+    if km.has_kernel:
+      run_sync(km.shutdown_kernel)(now=True)
+  assert not run_sync(km.is_alive)()  # no kernel left running for the rest of the suite
   text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
   return json.loads(text.split(READBACK, 1)[1])
 
