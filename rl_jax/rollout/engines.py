@@ -205,7 +205,8 @@ def latr_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
     blocks.append({name: np.asarray(getattr(tree, name))[keep] for name in FIELDS})
     decoded += int(tree.decode_tokens)
     extra.update(tree_forks=int(tree.num_forks), tree_pruned=int(tree.num_pruned),
-                 tree_steps=int(tree.tree_steps))
+                 tree_steps=int(tree.tree_steps),  # rows copied from a root's first row:
+                 tree_filled=int(np.asarray(tree.filled)[keep].sum()))  # no branch survived
   else:
     k, m = np.zeros_like(k), counts
   if m.any():

@@ -166,6 +166,15 @@ def test_rl_phase_with_tree_rollouts(smoke_config, tmp_path, mode, advantage):
   assert rewards.shape == (rows, 1)
   if mode == "latr":
     assert metrics["tree_rows"] == g // 2 and metrics["tree_forks"] > 0
+    # Each prompt's tree slots hold its root, the branches alive at the end, and copies of the
+    # root's first row in the rest (`fill`).
+    prompts = smoke_config.rl.prompts_per_step
+    live = prompts + metrics["tree_forks"] - metrics["tree_pruned"]
+    assert metrics["tree_filled"] == prompts * (g // 2) - live, metrics
+    with exp.config.unlocked():  # A threshold no candidate passes: no forks, roots and copies.
+      exp.config.rl.latr.tau_abs = 1.0
+    no_fork = collect.rollout(StepContext(exp, params, 0))[2]
+    assert no_fork["tree_forks"] == 0 and no_fork["tree_filled"] == prompts * (g // 2 - 1)
     assert batch.tree is None
   else:
     assert batch.tree.leaf_node.shape[0] == rows and batch.tree.leaf_node[:, 0].all()
