@@ -525,9 +525,9 @@ def test_methods_v2_engine_table_reads_each_engines_own_metrics(tmp_path):
                         "arrol/rows_pruned": 64.0, "arrol/head_acc": 0.7, "arrol/head_loss": 0.5,
                         "reward_mean": 0.25}],
           "latr_g4": [{"rollout_tokens": 400.0, "batch_tokens": 500.0, "informative_frac": 0.5,
-                       "tree_forks": 30.0, "tree_pruned": 2.0},
+                       "tree_forks": 30.0, "tree_pruned": 2.0, "tree_filled": 10.0},
                       {"rollout_tokens": 600.0, "batch_tokens": 500.0, "informative_frac": 0.6,
-                       "tree_forks": 50.0, "tree_pruned": 4.0}]}
+                       "tree_forks": 50.0, "tree_pruned": 4.0, "tree_filled": 20.0}]}
   runs["grpo_g4"] = [{"rollout_tokens": 500.0, "batch_tokens": 500.0, "informative_frac": 0.5}]
   for name, steps in runs.items():
     for seed in (0, 1):
@@ -546,6 +546,6 @@ def test_methods_v2_engine_table_reads_each_engines_own_metrics(tmp_path):
   assert "| latr_g4 | 500 | 500 | 0.55 | 40.0 | 3.0 | - | - | - | - |" in lines
   assert "| grpo_g4 | 500 | 500 | 0.50 | - | - | - | - | - | - |" in lines  # ground_v2's run
   v = json.loads(out.with_suffix(".json").read_text())["variants"]
-  assert v[1]["mechanism"]["tree_forks"] == 40.0
+  assert v[1]["mechanism"]["tree_forks"] == 40.0 and v[1]["mechanism"]["tree_filled"] == 15.0
   assert not any(l.startswith("| latr_g4 | -") for l in lines)  # not in the pool's table
   assert not any("rows/visit" in l for l in lines)  # ... which, with no rows, is left out

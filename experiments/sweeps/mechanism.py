@@ -20,9 +20,10 @@ RATE_BINS = ("no estimate", "p = 0", "0 < p < 1", "p = 1")
 MECHANISM_METRICS = ("informative_frac", "alloc/n_max", "alloc/groups_n17_up", "v05/extra_rows",
                      "v05/rejected_frac", "v05/w_mean")
 # What a rollout engine did, per RL step: the tokens it decoded and those its batch holds, the
-# forks a tree made and the rows it pruned, ARRoL's quality head (accuracy and BCE on each round's
-# survivors) and APRIL's share of tokens from an older policy.
-ENGINE_METRICS = ("rollout_tokens", "batch_tokens", "tree_forks", "tree_pruned",
+# forks a tree made, the rows it pruned and those it filled with a copy of a root's first row
+# (LATR), ARRoL's quality head (accuracy and BCE on each round's survivors) and APRIL's share of
+# tokens from an older policy.
+ENGINE_METRICS = ("rollout_tokens", "batch_tokens", "tree_forks", "tree_pruned", "tree_filled",
                   "tree_fork_prefix_mean", "arrol/rows_pruned", "arrol/head_acc",
                   "arrol/head_loss", "april/offpolicy_token_frac", "april/resumed_groups")
 

@@ -9,7 +9,7 @@ and writes experiments/sweeps/methods_v2_dev_report.{md,png,json} (dev accuracy)
 runs the table's 5 seeds and writes methods_v2_report.{md,png,json} (test accuracy), each JSON
 variant with its `family`, `oracle`, `recovered_share` and `recovered_share_ci95`.
 `--report_only` writes the report from the runs finished so far; `--report_name` names it
-(LATR, EPTree and ARRoL ran from a retrained SFT: methods_v2_engines_report).
+(the rollout engines ran from a retrained SFT: methods_v2_engines_report).
 
 The runs go to ROOT/methods_v2/NAME; the PRMs to
 ROOT/methods_v2/_prm/{pav,truth}. The SFT policy is ground_v2's (`sft.seed = 0` pins it; a link
@@ -315,20 +315,23 @@ def add_families(json_path: str) -> None:
     json.dump(data, f, indent=1)
 
 
+# ground_v2's runs the engines' table reads the engines against: G = 4, G = 8 (latr_g8's rows)
+# and the family's oracle.
+ENGINE_REFERENCES = (ground_v2.BASELINE, "grpo_g8", "oracle_treepo")
+
+
 def _engine_row(name: str) -> bool:
-  """Whether `name` has a row in the engines' table: the engines, and G = 4, G = 8 (latr_g8's
-  rows) and the family's oracle (ground_v2's runs) to read them against."""
-  return (FAMILIES.get(name, ("",))[0] == "rollout engine" or
-          name in (ground_v2.BASELINE, "grpo_g8", "oracle_treepo"))
+  """Whether `name` has a row in the engines' table: the engines and ENGINE_REFERENCES."""
+  return FAMILIES.get(name, ("",))[0] == "rollout engine" or name in ENGINE_REFERENCES
 
 
 def mechanism_variants() -> tuple:
   """The variants whose mechanism the tables describe: the presets on the prompt pool
   (allocators, data selection, their baseline, oracle and the recipe), V0.5's and the rollout
-  engines, and ground_v2's G = 4, G = 8 and TreePO oracle beside the engines."""
+  engines, and ENGINE_REFERENCES beside the engines."""
   return tuple(v for v, o in variants().items()
-               if "rl.prompt_pool" in o or o.get("rl.advantage") == "v05" or _engine_row(v)) + (
-                   ground_v2.BASELINE, "grpo_g8", "oracle_treepo")
+               if "rl.prompt_pool" in o or o.get("rl.advantage") == "v05" or _engine_row(v)
+               ) + ENGINE_REFERENCES
 
 
 def add_mechanism(out_prefix: str, root: str, names=None) -> None:
