@@ -155,8 +155,9 @@ def thread_env(threads: int, base: Optional[dict[str, str]] = None) -> dict[str,
               "TORCH_NUM_THREADS", "PEERS_THREADS"):
     env[var] = str(threads)
   eigen = "false" if threads == 1 else "true"
-  env["XLA_FLAGS"] = (f"--xla_cpu_multi_thread_eigen={eigen} "
-                      f"intra_op_parallelism_threads={threads}")
+  # Only `--xla_...` flags: XLA stops reading XLA_FLAGS at a token that is not one (the bare
+  # `intra_op_parallelism_threads=N` of many recipes is such a token, and sets nothing).
+  env["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen}"
   env["JAX_PLATFORMS"] = "cpu"
   env["TOKENIZERS_PARALLELISM"] = "false"
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")

@@ -55,8 +55,7 @@ def phase_flops(cfg: Any, batch: int, group: int, tokens: int, prompt_len: int) 
 def set_threads(threads: int) -> None:
   """XLA CPU thread settings (before jax is imported), as `benchmarks.peers` gives its workers."""
   eigen = "false" if threads == 1 else "true"
-  os.environ["XLA_FLAGS"] = (f"--xla_cpu_multi_thread_eigen={eigen} "
-                             f"intra_op_parallelism_threads={threads}")
+  os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen}"
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[var] = str(threads)

@@ -13,13 +13,30 @@ _DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
 # One XLA CPU thread per test process: pytest-xdist runs one worker per core, and tests start
 # runs as subprocesses beside them, so XLA's own thread pools only oversubscribed the cores
 # (their spin-waiting cost a fifth of the suite's CPU time on 2 cores). Results do not depend on
-# it; the runs and benchmarks outside the tests keep XLA's defaults.
-_THREAD_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")
+# it; the runs and benchmarks outside the tests keep XLA's defaults. (Every entry must be an
+# `--xla_...` flag: XLA stops reading XLA_FLAGS at the first token that is not one, so a bare
+# `intra_op_parallelism_threads=1` here once silently dropped every flag after it.)
+_THREAD_FLAGS = ("--xla_cpu_multi_thread_eigen=false",)
+# XLA:CPU's compile time, which is most of the suite's time (its programs are tiny): the legacy
+# elemental fusion emitter instead of the MLIR fusion emitters, and one LLVM module a program
+# instead of several (split for parallel codegen, which one thread a process cannot use). On
+# tests/train/test_resume.py the compiles took 25 s instead of 82 s (`JAX_LOG_COMPILES=1`).
+# Both flags change how XLA emits a fusion, not what it computes.
+_COMPILE_FLAGS = ("--xla_cpu_use_fusion_emitters=false",
+                  "--xla_cpu_parallel_codegen_split_count=1")
 
-for _flag in (_DEVICE_FLAG,) + _THREAD_FLAGS:
+for _flag in (_DEVICE_FLAG,) + _THREAD_FLAGS + _COMPILE_FLAGS:
   if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
+# XLA optimizations off by default (`jax_disable_most_optimizations`), in the test processes and
+# the runs they start as subprocesses: the suite's programs are tiny, and compiling them, not
+# running them, is most of its time (tests/test_run_cli.py, test_oracle_prior.py and
+# test_length_buckets.py: 85 s instead of 171 s). With the legacy fusion emitter above, an
+# unoptimized compile is about half as long again. Tests whose time is running many steps, or
+# that check what the optimizer does (memory, fusion), ask for `optimized_compiles`.
+# `JAX_DISABLE_MOST_OPTIMIZATIONS=0 python -m pytest ...` runs the whole suite optimized.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 # Runs turn on the persistent compilation cache (config.compile_cache_dir), and it stays on in
 # their process: in a test worker every later compile of every later test file would write to
 # it. The suite compiles thousands of programs once each, so the cache gained nothing, and its
@@ -79,9 +96,22 @@ def smoke_config() -> ml_collections.ConfigDict:
 
 
 @pytest.fixture(scope="module")
+def optimized_compiles():
+  """XLA optimizations on for a module's tests: those that run many steps (their time is running
+  programs, not compiling them) or check what the optimizer does
+  (use with `pytest.mark.usefixtures("optimized_compiles")`)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  before = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", False)
+  yield
+  jax.config.update("jax_disable_most_optimizations", before)
+
+
+@pytest.fixture(scope="module")
 def fast_compiles():
-  """XLA optimizations off for a module's tests: tests that compare two programs on tiny shapes
-  spend most of their time compiling (use with `pytest.mark.usefixtures("fast_compiles")`)."""
+  """XLA optimizations off for a module's tests even when the suite runs optimized
+  (`JAX_DISABLE_MOST_OPTIMIZATIONS=0`): tests that compare two programs on tiny shapes spend most
+  of their time compiling (use with `pytest.mark.usefixtures("fast_compiles")`)."""
   import jax  # pylint: disable=g-import-not-at-top
   before = jax.config.read("jax_disable_most_optimizations")
   jax.config.update("jax_disable_most_optimizations", True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from experiments.configs import default
 from rl_jax.train import loop
 
@@ -47,6 +49,7 @@ def _gain(summary: dict) -> float:
   return summary["rl_sampled_accuracy"] - summary["sft_sampled_accuracy"]
 
 
+@pytest.mark.usefixtures("optimized_compiles")  # 920 steps: running, not compiling, is its time.
 def test_rl_raises_heldout_accuracy(tmp_path):
   summary = loop.run(learning_config(0), str(tmp_path))
   assert _gain(summary) >= MARGIN, summary
