@@ -156,8 +156,13 @@ def thread_env(threads: int, base: Optional[dict[str, str]] = None) -> dict[str,
     env[var] = str(threads)
   eigen = "false" if threads == 1 else "true"
   # Only `--xla_...` flags: XLA stops reading XLA_FLAGS at a token that is not one (the bare
-  # `intra_op_parallelism_threads=N` of many recipes is such a token, and sets nothing).
-  env["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen}"
+  # `intra_op_parallelism_threads=N` of many recipes is such a token, and sets nothing). The
+  # caller's other `--xla_` flags stay (the tests' compile settings), except a forced device
+  # count: a worker measures on the machine's own devices.
+  dropped = ("--xla_cpu_multi_thread_eigen", "--xla_force_host_platform_device_count")
+  kept = [f for f in env.get("XLA_FLAGS", "").split()
+          if f.startswith("--xla_") and not f.startswith(dropped)]
+  env["XLA_FLAGS"] = " ".join(kept + [f"--xla_cpu_multi_thread_eigen={eigen}"])
   env["JAX_PLATFORMS"] = "cpu"
   env["TOKENIZERS_PARALLELISM"] = "false"
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")

@@ -47,6 +47,12 @@ def test_thread_env():
   assert "--xla_cpu_multi_thread_eigen=true" in env["XLA_FLAGS"]
   assert "--xla_cpu_multi_thread_eigen=false" in peers.thread_env(1, base={})["XLA_FLAGS"]
   assert env["PATH"] == "/bin" and env["PYTHONPATH"].startswith(peers.REPO)
+  # The caller's other XLA flags stay; its thread flag, device count and any bare token do not.
+  kept = peers.thread_env(1, base={"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=true "
+                                                "--xla_force_host_platform_device_count=8 "
+                                                "--xla_cpu_use_fusion_emitters=false stray=1"})
+  assert kept["XLA_FLAGS"] == ("--xla_cpu_use_fusion_emitters=false "
+                               "--xla_cpu_multi_thread_eigen=false")
 
 
 def test_parse_result_takes_last_line():
