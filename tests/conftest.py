@@ -63,21 +63,22 @@ def make_smoke_config() -> ml_collections.ConfigDict:
 # these start first and the two workers end close together, not one running a minute-long file
 # alone at the end. Only the order changes; re-measure with --durations when it drifts.
 LONGEST_FIRST = (
-    "models/test_scan_layers.py",  # 75
-    "test_multihost.py",  # 68, three processes at once
-    "test_benchmarks_faults.py",  # 52, four processes one after another
-    "test_benchmarks_scan_layers.py",  # 48, six processes one after another
-    "train/test_precision.py",  # 46
-    "train/test_resume.py",  # 42
-    "train/test_sharding.py",  # 40
-    "test_run_cli.py",  # 38
-    "test_colab.py",  # 38
-    "sampling/test_tree_samplers.py",  # 38
-    "evals/test_eval_run.py",  # 37
-    "train/test_scan_layers_resume.py",  # 36
-    "test_learning.py",  # 35
-    "rollout/test_collect.py",  # 28
-    "value/prm/test_process_resume.py",  # 28
+    "models/test_scan_layers.py",  # 181 (2026-11-27, suite run of 22 minutes)
+    "test_benchmarks_scan_layers.py",  # 151, six processes one after another
+    "test_learning.py",  # 131, optimized: 920 steps
+    "test_benchmarks_faults.py",  # 103, four processes one after another
+    "train/test_resume.py",  # 100
+    "test_sweeps.py",  # 100
+    "test_colab.py",  # 99
+    "test_multihost.py",  # 98, three processes at once
+    "evals/test_eval_run.py",  # 82
+    "train/test_aot.py",  # 72
+    "sampling/test_decode.py",  # 64
+    "train/test_precision.py",  # 64
+    "train/test_sharding.py",  # 63
+    "sampling/test_echo_rollout.py",  # 63
+    "test_ladder_config.py",  # 62
+    "train/test_scan_layers_resume.py",  # 57
 )
 
 
