@@ -148,21 +148,27 @@ def worker_cmd(args: argparse.Namespace, system: str, model_dir: str, shape: str
   return cmd
 
 
+def thread_xla_flags(threads: int, flags: str = "") -> str:
+  """`flags` (an XLA_FLAGS value) with XLA's CPU thread flag set for `threads` threads.
+
+  Only `--xla_...` flags: XLA stops reading XLA_FLAGS at a token that is not one (the bare
+  `intra_op_parallelism_threads=N` of many recipes is such a token, and sets nothing). The
+  caller's other `--xla_` flags stay (the tests' compile settings), except a forced device count:
+  a worker measures on the machine's own devices.
+  """
+  eigen = "false" if threads == 1 else "true"
+  dropped = ("--xla_cpu_multi_thread_eigen", "--xla_force_host_platform_device_count")
+  kept = [f for f in flags.split() if f.startswith("--xla_") and not f.startswith(dropped)]
+  return " ".join(kept + [f"--xla_cpu_multi_thread_eigen={eigen}"])
+
+
 def thread_env(threads: int, base: Optional[dict[str, str]] = None) -> dict[str, str]:
   """The environment that pins every framework of a worker to `threads` CPU threads."""
   env = dict(os.environ if base is None else base)
   for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
               "TORCH_NUM_THREADS", "PEERS_THREADS"):
     env[var] = str(threads)
-  eigen = "false" if threads == 1 else "true"
-  # Only `--xla_...` flags: XLA stops reading XLA_FLAGS at a token that is not one (the bare
-  # `intra_op_parallelism_threads=N` of many recipes is such a token, and sets nothing). The
-  # caller's other `--xla_` flags stay (the tests' compile settings), except a forced device
-  # count: a worker measures on the machine's own devices.
-  dropped = ("--xla_cpu_multi_thread_eigen", "--xla_force_host_platform_device_count")
-  kept = [f for f in env.get("XLA_FLAGS", "").split()
-          if f.startswith("--xla_") and not f.startswith(dropped)]
-  env["XLA_FLAGS"] = " ".join(kept + [f"--xla_cpu_multi_thread_eigen={eigen}"])
+  env["XLA_FLAGS"] = thread_xla_flags(threads, env.get("XLA_FLAGS", ""))
   env["JAX_PLATFORMS"] = "cpu"
   env["TOKENIZERS_PARALLELISM"] = "false"
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")

@@ -31,6 +31,7 @@ import os
 import time
 from typing import Any, Optional, Sequence
 
+from benchmarks import peers  # (imports no jax)
 from rl_jax.chips import sequence_flops  # (rl_jax.chips imports no jax)
 
 # Shapes of the benchmark models (rl_jax ModelConfig fields).
@@ -54,8 +55,7 @@ def phase_flops(cfg: Any, batch: int, group: int, tokens: int, prompt_len: int) 
 
 def set_threads(threads: int) -> None:
   """XLA CPU thread settings (before jax is imported), as `benchmarks.peers` gives its workers."""
-  eigen = "false" if threads == 1 else "true"
-  os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen}"
+  os.environ["XLA_FLAGS"] = peers.thread_xla_flags(threads)
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[var] = str(threads)

@@ -97,16 +97,21 @@ def smoke_config() -> ml_collections.ConfigDict:
   return make_smoke_config()
 
 
+def _most_optimizations_disabled(disabled: bool):
+  """Sets `jax_disable_most_optimizations` for the body of a fixture, then restores it."""
+  import jax  # pylint: disable=g-import-not-at-top
+  before = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", disabled)
+  yield
+  jax.config.update("jax_disable_most_optimizations", before)
+
+
 @pytest.fixture(scope="module")
 def optimized_compiles():
   """XLA optimizations on for a module's tests: those that run many steps (their time is running
   programs, not compiling them) or check what the optimizer does
   (use with `pytest.mark.usefixtures("optimized_compiles")`)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  before = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", False)
-  yield
-  jax.config.update("jax_disable_most_optimizations", before)
+  yield from _most_optimizations_disabled(False)
 
 
 @pytest.fixture(scope="module")
@@ -114,11 +119,7 @@ def fast_compiles():
   """XLA optimizations off for a module's tests even when the suite runs optimized
   (`JAX_DISABLE_MOST_OPTIMIZATIONS=0`): tests that compare two programs on tiny shapes spend most
   of their time compiling (use with `pytest.mark.usefixtures("fast_compiles")`)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  before = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", before)
+  yield from _most_optimizations_disabled(True)
 
 
 @pytest.fixture(scope="session")
