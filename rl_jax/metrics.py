@@ -28,13 +28,33 @@ import numpy as np
 import tqdm
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from tensorboardX import SummaryWriter
 
 from rl_jax import workdir as workdir_lib
 
 TB_DIR = "tb"
 _RESERVED = ("step", "phase", "time")
 _PHASE_ORDER = {"sft": 0, "rl": 1, "sft_more": 2}
+
+
+def _summary_writer_class() -> type:
+  """tensorboardX's `SummaryWriter`, imported without PyTorch.
+
+  tensorboardX's writer module imports torch whenever torch is installed (only to accept torch
+  tensors, which we never pass; the test and hf extras install torch), and that import was
+  about 2.8 s of every run's start on a 2-core CPU. Marking torch absent in `sys.modules` for
+  the one import (Python's documented way to make an import raise ImportError) takes
+  tensorboardX's own no-torch path; the mark is removed at once, so torch stays importable.
+  A process that has already imported torch or tensorboardX imports it as usual.
+  """
+  if "torch" in sys.modules or "tensorboardX" in sys.modules:
+    from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+    return SummaryWriter
+  sys.modules["torch"] = None  # type: ignore[assignment]
+  try:
+    from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+  finally:
+    del sys.modules["torch"]
+  return SummaryWriter
 
 
 def _scalar(name: str, value: Any) -> int | float:
@@ -65,7 +85,7 @@ class MetricsWriter:
     self._tb = None
     if enabled:
       os.makedirs(self.workdir, exist_ok=True)
-      self._tb = SummaryWriter(logdir=os.path.join(self.workdir, TB_DIR))
+      self._tb = _summary_writer_class()(logdir=os.path.join(self.workdir, TB_DIR))
 
   def write(self, step: int, metrics: Mapping[str, Any], phase: str) -> None:
     """Records `metrics` at `step` of `phase` (e.g. 'sft', 'rl', 'eval')."""

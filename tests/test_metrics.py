@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -77,6 +80,38 @@ def test_tensorboard_event_file(tmp_path):
   assert any(f.startswith("events.out.tfevents") for f in files)
   sizes = [os.path.getsize(os.path.join(tmp_path, "tb", f)) for f in files]
   assert max(sizes) > 100
+  # The events hold the scalars written (TFRecord framing: length, its CRC, the record, its CRC).
+  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+  scalars = {}
+  for name in files:
+    with open(os.path.join(tmp_path, "tb", name), "rb") as f:
+      data = f.read()
+    while data:
+      (length,) = struct.unpack("<Q", data[:8])
+      event = event_pb2.Event.FromString(data[12:12 + length])
+      data = data[16 + length:]
+      for v in event.summary.value:
+        scalars[(v.tag, event.step)] = v.simple_value
+  assert scalars[("sft/loss", 4)] == pytest.approx(0.5)
+  assert scalars[("rl/reward_mean", 3)] == pytest.approx(0.3)
+
+
+def test_writer_does_not_import_torch(tmp_path):
+  """A run's metrics writer leaves torch unimported (tensorboardX's writer imports it whenever
+  it is installed, seconds of every run's start), and torch stays importable afterwards."""
+  code = (
+      "import importlib.util, sys\n"
+      "from rl_jax import metrics\n"
+      f"with metrics.MetricsWriter({str(tmp_path)!r}) as w:\n"
+      "  w.write(1, {'x': 1.0}, phase='rl')\n"
+      "print('torch' in sys.modules)\n"
+      "if importlib.util.find_spec('torch') is not None:\n"
+      "  import torch\n"
+      "  print(torch.zeros(2).sum().item())\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       check=True).stdout.split()
+  assert out[0] == "False"
+  assert out[1:] in ([], ["0.0"])
 
 
 def _assert_png(path, min_bytes=10_000):
