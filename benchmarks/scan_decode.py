@@ -1,0 +1,175 @@
+"""Where a scanned decode step's extra time goes on XLA:CPU: the weights copied out of the stack.
+
+    python -m benchmarks.scan_decode                  # SmolLM2-135M's shape, random weights
+    python -m benchmarks.scan_decode --preset=tiny --rows=4 --slots=16 --steps=2   # seconds
+
+With `model.scan_layers` the decoder blocks run in one XLA loop over weights stacked on a leading
+layer axis. XLA:CPU's loop body slices each layer's weights out of the stacked arrays into new
+buffers before its matmuls read them (one `dynamic-slice` fusion per stacked weight), where the
+unrolled program reads every layer's own buffers in place: so a scanned forward pass copies all
+the layers' weights once more. This benchmark, in one process, with the same random weights in
+both layouts:
+
+- counts, in the compiled scanned decode step, the loop body's fusions that slice one layer out
+  of a stacked floating-point array, and their bytes times the number of layers
+  (`hlo_weight_copy_bytes`; every layer weight once is `layer_weight_bytes`);
+- times the decode step of `--rows` rows over `--slots` cache slots in both layouts, alternating
+  unrolled and scanned `--rounds` times (the median of `--steps` steps each);
+- times a loop that does those copies alone (every stacked weight sliced out once per layer,
+  each slice materialized), the same number of times.
+
+Prints ONE JSON line: `decode_step_ratio_scanned_vs_unrolled`, `copy_share_of_gap` (the copy
+loop's seconds over the scanned step's extra seconds), `hlo_weight_copy_bytes`,
+`layer_weight_bytes`, then the seconds. The process runs with `--threads` CPU threads (XLA
+flags set before JAX is imported; a process that already imported JAX keeps its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import time
+from typing import Any, Optional, Sequence
+
+_DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "f64": 8}
+# A fused computation whose dynamic-slice takes one layer (leading size 1) of a float array.
+_FUSED = re.compile(r"^%(fused_\S+) .*?\{\n(.*?)\n\}", re.M | re.S)
+_SLICE = re.compile(r"= (f32|bf16|f16|f64)\[([\d,]+)\]\{[^}]*\} dynamic-slice\(.*"
+                    r"dynamic_slice_sizes=\{1(?:,\d+)*\}")
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--preset", default="smollm2-135m", help="rl_jax.models.config preset")
+  p.add_argument("--vocab_size", type=int, default=0,
+                 help="vocabulary size, for presets without one (0 = the preset's)")
+  p.add_argument("--rows", type=int, default=32, help="decode batch (the 8x4 of --quick)")
+  p.add_argument("--slots", type=int, default=128, help="KV cache slots per row")
+  p.add_argument("--steps", type=int, default=20, help="timed steps per round")
+  p.add_argument("--rounds", type=int, default=3, help="unrolled / scanned / copy rounds")
+  p.add_argument("--threads", type=int, default=1, help="XLA CPU threads")
+  args = p.parse_args(argv)
+  from rl_jax.models import config as config_lib  # pylint: disable=import-outside-toplevel
+  try:
+    config_lib.get_preset(args.preset, **_overrides(args))
+  except (KeyError, ValueError) as e:
+    p.error(f"--preset={args.preset}: {e.args[0]}")
+  for name in ("rows", "slots", "steps", "rounds", "threads"):
+    if getattr(args, name) < (2 if name == "rows" else 1):
+      p.error(f"--{name}={getattr(args, name)}: expected >= {2 if name == 'rows' else 1}")
+  return args
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+  return {"vocab_size": args.vocab_size} if args.vocab_size else {}
+
+
+def hlo_layer_slices(hlo_text: str, n_layers: int) -> tuple[int, int]:
+  """(number of fusions, bytes) in an optimized HLO module's text that slice one layer (leading
+  size 1) out of a float array whose leading axis is `n_layers`: the stacked weights a scanned
+  loop body copies per layer. The bytes are per loop iteration."""
+  count = nbytes = 0
+  for _, body in _FUSED.findall(hlo_text):
+    for m in _SLICE.finditer(body):
+      params = re.findall(r"= (?:f32|bf16|f16|f64)\[(\d+)[,\]]", body.split("dynamic-slice")[0])
+      if str(n_layers) not in params:
+        continue
+      count += 1
+      nbytes += _DTYPE_BYTES[m.group(1)] * _prod(int(d) for d in m.group(2).split(","))
+  return count, nbytes
+
+
+def _prod(xs) -> int:
+  out = 1
+  for x in xs:
+    out *= x
+  return out
+
+
+def _median_seconds(fn, steps: int) -> float:
+  times = []
+  for _ in range(steps):
+    t = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t)
+  return statistics.median(times)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  from rl_jax.models import config as config_lib  # pylint: disable=import-outside-toplevel
+  from rl_jax.models import layout  # pylint: disable=import-outside-toplevel
+  from rl_jax.models import model  # pylint: disable=import-outside-toplevel
+
+  cfgs = {scan: config_lib.get_preset(args.preset, scan_layers=scan,
+                                             **_overrides(args)) for scan in (False, True)}
+  n_layers = cfgs[True].n_layers
+  weights = model.init_params(cfgs[False], jax.random.PRNGKey(0))
+  params = {False: weights, True: layout.stack_layers(weights)}
+  prompt = jnp.ones((args.rows, 4), jnp.int32)
+  steps, hlo = {}, ""
+  for scan, cfg in cfgs.items():
+    cache = model.init_cache(cfg, args.rows, args.slots)
+    logits, cache = jax.jit(lambda p, c, t, m, cfg=cfg: model.prefill(cfg, p, c, t, m))(
+        params[scan], cache, prompt, jnp.ones_like(prompt, bool))
+    token = jnp.argmax(logits, -1).astype(jnp.int32)
+    step = jax.jit(lambda p, c, t, cfg=cfg: model.decode_step(cfg, p, c, t))
+    if scan:
+      hlo = step.lower(params[scan], cache, token).compile().as_text()
+    jax.block_until_ready(step(params[scan], cache, token))
+    # The cache is not donated: every timed step writes the same slot of the same cache.
+    steps[scan] = lambda step=step, p=params[scan], c=cache, t=token: jax.block_until_ready(
+        step(p, c, t))
+
+  stacked = jax.tree_util.tree_leaves(params[True]["layers"])
+
+  @jax.jit
+  def copy_layers(ws):
+    def body(layer, acc):
+      for w in ws:  # Each slice materialized (the barrier keeps it from fusing into the sum).
+        s = jax.lax.optimization_barrier(jax.lax.dynamic_index_in_dim(w, layer, 0, False))
+        acc = acc + s.reshape(-1)[0].astype(jnp.float32)
+      return acc
+    return jax.lax.fori_loop(0, n_layers, body, jnp.float32(0))
+
+  jax.block_until_ready(copy_layers(stacked))
+  secs = {"unrolled": [], "scanned": [], "copy": []}
+  for _ in range(args.rounds):
+    secs["unrolled"].append(_median_seconds(steps[False], args.steps))
+    secs["scanned"].append(_median_seconds(steps[True], args.steps))
+    secs["copy"].append(_median_seconds(lambda: jax.block_until_ready(copy_layers(stacked)),
+                                        args.steps))
+  med = {k: statistics.median(v) for k, v in secs.items()}
+  gap = med["scanned"] - med["unrolled"]
+  fusions, per_layer = hlo_layer_slices(hlo, n_layers)
+  return {
+      "benchmark": "scan_decode", "preset": args.preset, "rows": args.rows,
+      "slots": args.slots, "steps": args.steps, "rounds": args.rounds, "threads": args.threads,
+      "n_layers": n_layers, "param_dtype": cfgs[True].param_dtype,
+      "decode_step_ratio_scanned_vs_unrolled": round(med["scanned"] / med["unrolled"], 3),
+      "copy_share_of_gap": round(med["copy"] / gap, 3) if gap > 0 else None,
+      "hlo_weight_slice_fusions": fusions,
+      "hlo_weight_copy_bytes": per_layer * n_layers,
+      "layer_weight_bytes": int(sum(x.size * x.dtype.itemsize for x in stacked)),
+      "decode_step_s": {"unrolled": round(med["unrolled"], 5), "scanned": round(med["scanned"], 5)},
+      "copy_layers_s": round(med["copy"], 5),
+      "rounds_s": {k: [round(x, 5) for x in v] for k, v in secs.items()},
+  }
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+  args = parse_args(argv)
+  from benchmarks import peers  # pylint: disable=import-outside-toplevel
+  os.environ["XLA_FLAGS"] = peers.thread_xla_flags(args.threads, os.environ.get("XLA_FLAGS", ""))
+  out = run(args)
+  print(json.dumps(out))
+  return out
+
+
+if __name__ == "__main__":
+  main()
