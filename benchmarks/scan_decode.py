@@ -13,10 +13,11 @@ both layouts:
 - counts, in the compiled scanned decode step, the loop body's fusions that slice one layer out
   of a stacked floating-point array, and their bytes times the number of layers
   (`hlo_weight_copy_bytes`; every layer weight once is `layer_weight_bytes`);
-- times the decode step of `--rows` rows over `--slots` cache slots in both layouts, alternating
-  unrolled and scanned `--rounds` times (the median of `--steps` steps each);
-- times a loop that does those copies alone (every stacked weight sliced out once per layer,
-  each slice materialized), the same number of times.
+- times the decode step of `--rows` rows over `--slots` cache slots in both layouts (the cache
+  donated and carried from step to step, as in the sampler's loop), alternating unrolled and
+  scanned `--rounds` times (the median of `--steps` steps each);
+- times a loop that does those copies alone (every stacked weight sliced out once per layer
+  into the loop's carry), the same number of times.
 
 Prints ONE JSON line: `decode_step_ratio_scanned_vs_unrolled`, `copy_share_of_gap` (the copy
 loop's seconds over the scanned step's extra seconds), `hlo_weight_copy_bytes`,
@@ -34,6 +35,7 @@ import statistics
 import time
 from typing import Any, Optional, Sequence
 
+PROMPT = 4  # prompt tokens before the decode steps
 _DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "f64": 8}
 # A fused computation whose dynamic-slice takes one layer (leading size 1) of a float array.
 _FUSED = re.compile(r"^%(fused_\S+) .*?\{\n(.*?)\n\}", re.M | re.S)
@@ -60,6 +62,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   for name in ("rows", "slots", "steps", "rounds", "threads"):
     if getattr(args, name) < (2 if name == "rows" else 1):
       p.error(f"--{name}={getattr(args, name)}: expected >= {2 if name == 'rows' else 1}")
+  need = PROMPT + 1 + args.rounds * args.steps
+  if args.slots < need:
+    p.error(f"--slots={args.slots}: expected >= {need} (a {PROMPT}-token prompt, then "
+            f"1 + rounds x steps decode steps)")
   return args
 
 
@@ -111,31 +117,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
   n_layers = cfgs[True].n_layers
   weights = model.init_params(cfgs[False], jax.random.PRNGKey(0))
   params = {False: weights, True: layout.stack_layers(weights)}
-  prompt = jnp.ones((args.rows, 4), jnp.int32)
+  prompt = jnp.ones((args.rows, PROMPT), jnp.int32)
   steps, hlo = {}, ""
   for scan, cfg in cfgs.items():
     cache = model.init_cache(cfg, args.rows, args.slots)
     logits, cache = jax.jit(lambda p, c, t, m, cfg=cfg: model.prefill(cfg, p, c, t, m))(
         params[scan], cache, prompt, jnp.ones_like(prompt, bool))
     token = jnp.argmax(logits, -1).astype(jnp.int32)
-    step = jax.jit(lambda p, c, t, cfg=cfg: model.decode_step(cfg, p, c, t))
+    step = jax.jit(lambda p, c, t, cfg=cfg: model.decode_step(cfg, p, c, t), donate_argnums=1)
     if scan:
       hlo = step.lower(params[scan], cache, token).compile().as_text()
-    jax.block_until_ready(step(params[scan], cache, token))
-    # The cache is not donated: every timed step writes the same slot of the same cache.
-    steps[scan] = lambda step=step, p=params[scan], c=cache, t=token: jax.block_until_ready(
-        step(p, c, t))
+    # The cache is donated and carried from step to step, in place, as in the sampler's loop.
+    state = {"cache": step(params[scan], cache, token)[1]}
+
+    def one(step=step, p=params[scan], t=token, state=state):
+      logits, state["cache"] = step(p, state["cache"], t)
+      jax.block_until_ready(logits)
+
+    steps[scan] = one
 
   stacked = jax.tree_util.tree_leaves(params[True]["layers"])
 
   @jax.jit
   def copy_layers(ws):
-    def body(layer, acc):
-      for w in ws:  # Each slice materialized (the barrier keeps it from fusing into the sum).
-        s = jax.lax.optimization_barrier(jax.lax.dynamic_index_in_dim(w, layer, 0, False))
-        acc = acc + s.reshape(-1)[0].astype(jnp.float32)
-      return acc
-    return jax.lax.fori_loop(0, n_layers, body, jnp.float32(0))
+    # Each iteration's slices become the loop's carry: a real copy of the layer's weights into
+    # the carry's buffers (a slice read only in part would be fused into its reader, not copied).
+    return jax.lax.fori_loop(
+        0, n_layers, lambda layer, _: tuple(
+            jax.lax.dynamic_index_in_dim(w, layer, 0, False) for w in ws),
+        tuple(jnp.zeros(w.shape[1:], w.dtype) for w in ws))
 
   jax.block_until_ready(copy_layers(stacked))
   secs = {"unrolled": [], "scanned": [], "copy": []}
@@ -158,6 +168,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
       "layer_weight_bytes": int(sum(x.size * x.dtype.itemsize for x in stacked)),
       "decode_step_s": {"unrolled": round(med["unrolled"], 5), "scanned": round(med["scanned"], 5)},
       "copy_layers_s": round(med["copy"], 5),
+      "copy_gb_per_s": round(sum(x.size * x.dtype.itemsize for x in stacked) / med["copy"] / 1e9,
+                             2),
       "rounds_s": {k: [round(x, 5) for x in v] for k, v in secs.items()},
   }
 

@@ -21,6 +21,7 @@ def test_tiny_run_counts_every_layer_weight_copied(capsys):
   assert out["hlo_weight_copy_bytes"] == out["layer_weight_bytes"] > 0
   assert out["decode_step_ratio_scanned_vs_unrolled"] > 0
   assert min(out["decode_step_s"].values()) > 0 and out["copy_layers_s"] > 0
+  assert out["copy_gb_per_s"] > 0
   assert {k: len(v) for k, v in out["rounds_s"].items()} == {"unrolled": 1, "scanned": 1,
                                                              "copy": 1}
 
@@ -56,6 +57,7 @@ def test_hlo_layer_slices_counts_only_one_layer_of_a_stacked_float_array():
 @pytest.mark.parametrize("argv, message", [
     (["--rows=1"], "--rows=1: expected >= 2"),
     (["--steps=0"], "--steps=0: expected >= 1"),
+    (["--slots=16", "--steps=5", "--rounds=3"], "--slots=16: expected >= 20"),
     (["--preset=nope"], "--preset=nope: unknown model preset 'nope'"),
     (["--preset=tiny"], "--preset=tiny: preset 'tiny' needs vocab_size"),
 ])
