@@ -13,6 +13,8 @@ both layouts:
 - counts, in the compiled scanned decode step, the loop body's fusions that slice one layer out
   of a stacked floating-point array, and their bytes times the number of layers
   (`hlo_weight_copy_bytes`; every layer weight once is `layer_weight_bytes`);
+- counts the same in the gradient of a forward pass (`--remat`; compiled, not run), where the
+  backward loop slices the weights again (`hlo_grad_weight_copy_bytes`);
 - times the decode step of `--rows` rows over `--slots` cache slots in both layouts (the cache
   donated and carried from step to step, as in the sampler's loop), alternating unrolled and
   scanned `--rounds` times (the median of `--steps` steps each);
@@ -21,13 +23,14 @@ both layouts:
 
 Prints ONE JSON line: `decode_step_ratio_scanned_vs_unrolled`, `copy_share_of_gap` (the copy
 loop's seconds over the scanned step's extra seconds), `hlo_weight_copy_bytes`,
-`layer_weight_bytes`, then the seconds. The process runs with `--threads` CPU threads (XLA
+`hlo_grad_weight_copy_bytes`, `layer_weight_bytes`, then the seconds. The process runs with `--threads` CPU threads (XLA
 flags set before JAX is imported; a process that already imported JAX keeps its own).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -53,12 +56,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("--steps", type=int, default=20, help="timed steps per round")
   p.add_argument("--rounds", type=int, default=3, help="unrolled / scanned / copy rounds")
   p.add_argument("--threads", type=int, default=1, help="XLA CPU threads")
+  p.add_argument("--remat", default="full",
+                 help="model.remat of the gradient whose weight copies are counted")
   args = p.parse_args(argv)
   from rl_jax.models import config as config_lib  # pylint: disable=import-outside-toplevel
   try:
     config_lib.get_preset(args.preset, **_overrides(args))
   except (KeyError, ValueError) as e:
     p.error(f"--preset={args.preset}: {e.args[0]}")
+  from rl_jax.models.config import REMAT_POLICIES  # pylint: disable=import-outside-toplevel
+  if args.remat not in REMAT_POLICIES:
+    p.error(f"--remat={args.remat}: expected one of {sorted(REMAT_POLICIES)}")
   for name in ("rows", "slots", "steps", "rounds", "threads"):
     if getattr(args, name) < (2 if name == "rows" else 1):
       p.error(f"--{name}={getattr(args, name)}: expected >= {2 if name == 'rows' else 1}")
@@ -157,6 +165,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
   med = {k: statistics.median(v) for k, v in secs.items()}
   gap = med["scanned"] - med["unrolled"]
   fusions, per_layer = hlo_layer_slices(hlo, n_layers)
+  # The same count in a gradient of the scanned model (compiled, not run): the update's share.
+  grad_cfg = dataclasses.replace(cfgs[True], remat=args.remat)
+  tokens = jnp.ones((args.rows, 16), jnp.int32)
+  grad_hlo = jax.jit(jax.grad(lambda p: model.forward(
+      grad_cfg, p, tokens, jnp.ones_like(tokens, bool)).mean())).lower(
+          params[True]).compile().as_text()
+  _, grad_per_layer = hlo_layer_slices(grad_hlo, n_layers)
   return {
       "benchmark": "scan_decode", "preset": args.preset, "rows": args.rows,
       "slots": args.slots, "steps": args.steps, "rounds": args.rounds, "threads": args.threads,
@@ -165,6 +180,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
       "copy_share_of_gap": round(med["copy"] / gap, 3) if gap > 0 else None,
       "hlo_weight_slice_fusions": fusions,
       "hlo_weight_copy_bytes": per_layer * n_layers,
+      "remat": args.remat,
+      "hlo_grad_weight_copy_bytes": grad_per_layer * n_layers,
       "layer_weight_bytes": int(sum(x.size * x.dtype.itemsize for x in stacked)),
       "decode_step_s": {"unrolled": round(med["unrolled"], 5), "scanned": round(med["scanned"], 5)},
       "copy_layers_s": round(med["copy"], 5),

@@ -19,6 +19,9 @@ def test_tiny_run_counts_every_layer_weight_copied(capsys):
   # in the loop body, and over the 3 layers they copy every layer weight once.
   assert out["n_layers"] == 3 and out["hlo_weight_slice_fusions"] == 9
   assert out["hlo_weight_copy_bytes"] == out["layer_weight_bytes"] > 0
+  # The gradient (full remat by default) slices them in the forward loop and again backward.
+  assert out["remat"] == "full"
+  assert out["hlo_grad_weight_copy_bytes"] >= 2 * out["layer_weight_bytes"]
   assert out["decode_step_ratio_scanned_vs_unrolled"] > 0
   assert min(out["decode_step_s"].values()) > 0 and out["copy_layers_s"] > 0
   assert out["copy_gb_per_s"] > 0
@@ -58,6 +61,7 @@ def test_hlo_layer_slices_counts_only_one_layer_of_a_stacked_float_array():
     (["--rows=1"], "--rows=1: expected >= 2"),
     (["--steps=0"], "--steps=0: expected >= 1"),
     (["--slots=16", "--steps=5", "--rounds=3"], "--slots=16: expected >= 20"),
+    (["--remat=some"], "--remat=some: expected one of"),
     (["--preset=nope"], "--preset=nope: unknown model preset 'nope'"),
     (["--preset=tiny"], "--preset=tiny: preset 'tiny' needs vocab_size"),
 ])
