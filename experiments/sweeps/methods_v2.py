@@ -75,6 +75,9 @@ Rollout engines (oracle: `oracle_treepo`, TreePO cut at step boundaries):
                      8,192 tokens there, so 6 of 96 here, 2 paths from the prompt forking into 2
                      (4 leaves), TreePO's subgroup advantage. The family's oracle is the same
                      engine cut at the scratchpad's newlines (`oracle_treepo`, ground_v2).
+  treepo_fixed_grpo  The ablation between the two: treepo_fixed's 6-token segments with the
+                     oracle's advantage (ladder2's GRPO over the leaves, no whitening), so that
+                     where the tree forks and which advantage it trains on are measured apart.
 
 Allocation and data selection (oracle: `oracle_knapsack_pool`; baseline: `grpo_g4_pool`). On the
 full train set a prompt is almost never drawn twice, so a history-based allocator has nothing
@@ -148,6 +151,8 @@ ENGINES = {
                   "rl.eptree.branches": 1, "rl.advantage": "treerl_code"},
     "treepo_fixed": {"rl.rollout": "treepo", "rl.treepo.segment": "fixed",
                      "rl.treepo.segment_len": 6, "rl.advantage": "treepo"},
+    "treepo_fixed_grpo": {"rl.rollout": "treepo", "rl.treepo.segment": "fixed",
+                          "rl.treepo.segment_len": 6},
 }
 
 # Allocators run on a fixed pool of POOL train problems (`rl.prompt_pool`), so that 100 steps of 32
