@@ -23,8 +23,9 @@ both layouts:
 
 Prints ONE JSON line: `decode_step_ratio_scanned_vs_unrolled`, `copy_share_of_gap` (the copy
 loop's seconds over the scanned step's extra seconds), `hlo_weight_copy_bytes`,
-`hlo_grad_weight_copy_bytes`, `layer_weight_bytes`, then the seconds. The process runs with `--threads` CPU threads (XLA
-flags set before JAX is imported; a process that already imported JAX keeps its own).
+`hlo_grad_weight_copy_bytes`, `layer_weight_bytes`, then the seconds. The process runs with
+`--threads` CPU threads (XLA's flag is set before JAX starts its CPU backend; a process whose
+backend already started keeps its own threads).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import re
 import statistics
@@ -64,9 +66,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     config_lib.get_preset(args.preset, **_overrides(args))
   except (KeyError, ValueError) as e:
     p.error(f"--preset={args.preset}: {e.args[0]}")
-  from rl_jax.models.config import REMAT_POLICIES  # pylint: disable=import-outside-toplevel
-  if args.remat not in REMAT_POLICIES:
-    p.error(f"--remat={args.remat}: expected one of {sorted(REMAT_POLICIES)}")
+  if args.remat not in config_lib.REMAT_POLICIES:
+    p.error(f"--remat={args.remat}: expected one of {sorted(config_lib.REMAT_POLICIES)}")
   for name in ("rows", "slots", "steps", "rounds", "threads"):
     if getattr(args, name) < (2 if name == "rows" else 1):
       p.error(f"--{name}={getattr(args, name)}: expected >= {2 if name == 'rows' else 1}")
@@ -92,15 +93,8 @@ def hlo_layer_slices(hlo_text: str, n_layers: int) -> tuple[int, int]:
       if str(n_layers) not in params:
         continue
       count += 1
-      nbytes += _DTYPE_BYTES[m.group(1)] * _prod(int(d) for d in m.group(2).split(","))
+      nbytes += _DTYPE_BYTES[m.group(1)] * math.prod(int(d) for d in m.group(2).split(","))
   return count, nbytes
-
-
-def _prod(xs) -> int:
-  out = 1
-  for x in xs:
-    out *= x
-  return out
 
 
 def _median_seconds(fn, steps: int) -> float:
@@ -120,8 +114,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
   from rl_jax.models import layout  # pylint: disable=import-outside-toplevel
   from rl_jax.models import model  # pylint: disable=import-outside-toplevel
 
-  cfgs = {scan: config_lib.get_preset(args.preset, scan_layers=scan,
-                                             **_overrides(args)) for scan in (False, True)}
+  cfgs = {scan: config_lib.get_preset(args.preset, scan_layers=scan, **_overrides(args))
+          for scan in (False, True)}
   n_layers = cfgs[True].n_layers
   weights = model.init_params(cfgs[False], jax.random.PRNGKey(0))
   params = {False: weights, True: layout.stack_layers(weights)}
@@ -172,6 +166,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
       grad_cfg, p, tokens, jnp.ones_like(tokens, bool)).mean())).lower(
           params[True]).compile().as_text()
   _, grad_per_layer = hlo_layer_slices(grad_hlo, n_layers)
+  layer_bytes = int(sum(x.size * x.dtype.itemsize for x in stacked))
   return {
       "benchmark": "scan_decode", "preset": args.preset, "rows": args.rows,
       "slots": args.slots, "steps": args.steps, "rounds": args.rounds, "threads": args.threads,
@@ -182,11 +177,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
       "hlo_weight_copy_bytes": per_layer * n_layers,
       "remat": args.remat,
       "hlo_grad_weight_copy_bytes": grad_per_layer * n_layers,
-      "layer_weight_bytes": int(sum(x.size * x.dtype.itemsize for x in stacked)),
+      "layer_weight_bytes": layer_bytes,
       "decode_step_s": {"unrolled": round(med["unrolled"], 5), "scanned": round(med["scanned"], 5)},
       "copy_layers_s": round(med["copy"], 5),
-      "copy_gb_per_s": round(sum(x.size * x.dtype.itemsize for x in stacked) / med["copy"] / 1e9,
-                             2),
+      "copy_gb_per_s": round(layer_bytes / med["copy"] / 1e9, 2),
       "rounds_s": {k: [round(x, 5) for x in v] for k, v in secs.items()},
   }
 
