@@ -23,9 +23,10 @@ both layouts:
 
 Prints ONE JSON line: `decode_step_ratio_scanned_vs_unrolled`, `copy_share_of_gap` (the copy
 loop's seconds over the scanned step's extra seconds), `hlo_weight_copy_bytes`,
-`hlo_grad_weight_copy_bytes`, `layer_weight_bytes`, then the seconds. The process runs with
-`--threads` CPU threads (XLA's flag is set before JAX starts its CPU backend; a process whose
-backend already started keeps its own threads).
+`hlo_grad_weight_copy_bytes`, `layer_weight_bytes`, then the seconds. Run as a script, the
+process runs with `--threads` CPU threads (XLA's flag, set before JAX starts its CPU backend);
+`main()` called from another process leaves that process's environment and threads as they
+are.
 """
 
 from __future__ import annotations
@@ -186,13 +187,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
-  args = parse_args(argv)
-  from benchmarks import peers  # pylint: disable=import-outside-toplevel
-  os.environ["XLA_FLAGS"] = peers.thread_xla_flags(args.threads, os.environ.get("XLA_FLAGS", ""))
-  out = run(args)
+  out = run(parse_args(argv))
   print(json.dumps(out))
   return out
 
 
 if __name__ == "__main__":
+  # XLA's thread flag for --threads, before JAX starts its CPU backend. Only here: a process that
+  # calls main() keeps its own environment and threads.
+  from benchmarks import peers  # pylint: disable=import-outside-toplevel
+  os.environ["XLA_FLAGS"] = peers.thread_xla_flags(parse_args().threads,
+                                                   os.environ.get("XLA_FLAGS", ""))
   main()

@@ -4,6 +4,7 @@ weight copies found in its compiled HLO (every layer weight, once per step)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -11,6 +12,7 @@ from benchmarks import scan_decode as bench
 
 
 def test_tiny_run_counts_every_layer_weight_copied(capsys):
+  flags = os.environ.get("XLA_FLAGS")
   out = bench.main(["--preset=tiny", "--vocab_size=64", "--rows=4", "--slots=16", "--steps=1",
                     "--rounds=1"])
   printed = capsys.readouterr().out.strip().splitlines()
@@ -27,6 +29,7 @@ def test_tiny_run_counts_every_layer_weight_copied(capsys):
   assert out["copy_gb_per_s"] > 0
   assert {k: len(v) for k, v in out["rounds_s"].items()} == {"unrolled": 1, "scanned": 1,
                                                              "copy": 1}
+  assert os.environ.get("XLA_FLAGS") == flags  # the caller's environment is left as it was
 
 
 def test_hlo_layer_slices_counts_only_one_layer_of_a_stacked_float_array():
