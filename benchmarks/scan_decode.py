@@ -43,9 +43,10 @@ from typing import Any, Optional, Sequence
 
 PROMPT = 4  # prompt tokens before the decode steps
 _DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "f64": 8}
-# A fused computation whose dynamic-slice takes one layer (leading size 1) of a float array.
+# A fused computation, and in it a dynamic-slice of one layer (leading size 1) of a float array
+# (group 3: the sliced operand).
 _FUSED = re.compile(r"^%(fused_\S+) .*?\{\n(.*?)\n\}", re.M | re.S)
-_SLICE = re.compile(r"= (f32|bf16|f16|f64)\[([\d,]+)\]\{[^}]*\} dynamic-slice\(.*"
+_SLICE = re.compile(r"= (f32|bf16|f16|f64)\[([\d,]+)\]\{[^}]*\} dynamic-slice\((%[\w.-]+),.*"
                     r"dynamic_slice_sizes=\{1(?:,\d+)*\}")
 
 
@@ -90,8 +91,9 @@ def hlo_layer_slices(hlo_text: str, n_layers: int) -> tuple[int, int]:
   count = nbytes = 0
   for _, body in _FUSED.findall(hlo_text):
     for m in _SLICE.finditer(body):
-      params = re.findall(r"= (?:f32|bf16|f16|f64)\[(\d+)[,\]]", body.split("dynamic-slice")[0])
-      if str(n_layers) not in params:
+      # The sliced operand's own leading axis (its definition in the same fused computation).
+      operand = re.search(re.escape(m.group(3)) + r" = \w+\[(\d+)[,\]]", body)
+      if operand is None or int(operand.group(1)) != n_layers:
         continue
       count += 1
       nbytes += _DTYPE_BYTES[m.group(1)] * math.prod(int(d) for d in m.group(2).split(","))
