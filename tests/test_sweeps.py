@@ -101,7 +101,7 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
     if run["name"].startswith("grpo_g4_b24"):  # V0.5's first round alone: 24 x 4 rows
       assert requests_lib.batch_rows(config) == 96
       continue
-    if run["name"].startswith("latr_g8"):  # G = 8's rows, about G = 4's rollout tokens
+    if run["name"].startswith(("latr_g8", "latr_p64", "grpo_p64")):  # G = 8's rows (8x32, 4x64)
       assert requests_lib.batch_rows(config) == 256
       continue
     assert requests_lib.batch_rows(config) == 128, run["name"]  # G = 4's rows a step
@@ -513,8 +513,9 @@ def test_methods_v2_rows_by_prior_rate_reads_the_16_rollout_buffer(tmp_path):
                         " - (0.00) | 2.5 | - | - |")
   names = methods_v2.mechanism_variants()
   assert {"knapsack_buf16", "grpo_g4_pool", "v05_v0_eq", "recipe_knapsack_pav"} <= set(names)
-  assert {"echo_measured", "arrol_g4", "latr_g4", "latr_g8", "eptree_g4", "treepo_fixed",
-          "april_g4", "grpo_g4", "grpo_g8", "oracle_treepo"} <= set(names)
+  assert {"echo_measured", "arrol_g4", "latr_g4", "latr_g8", "latr_p64", "grpo_p64",
+          "eptree_g4", "treepo_fixed", "april_g4", "grpo_g4", "grpo_g8", "oracle_treepo"
+          } <= set(names)
   assert "pav_bok4_a1" not in names
 
 

@@ -67,6 +67,13 @@ Rollout engines (oracle: `oracle_treepo`, TreePO cut at step boundaries):
                      rows share their prefixes up to each fork). The issue's "at GRPO G = 4's
                      rollout tokens" for a tree engine; read against grpo_g4 (equal tokens) and
                      grpo_g8 (equal rows).
+  latr_p64           LATR as latr_g4 at G = 8's 256 rows a step spent on twice the prompts (64 x 4)
+                     rather than on wider trees: at 8 rows a prompt latr_g8's trees grew fewer
+                     live branches than its slots (about 116 of 256 rows; the rest copies of a
+                     root's first row). Read against grpo_g8 (equal rows): the issue's goal of
+                     G = 8's final test accuracy with <= 60% of its rollout tokens.
+  grpo_p64           latr_p64's control: GRPO G = 4 at 64 prompts a step (G = 8's 256 rows as
+                     twice the prompts), so that the prompts and the tree are measured apart.
   eptree_g4          EPTree (§3.2) at 4 leaves: (M, N, L, T) = (2, 1, 1, 1), two chains, each
                      forked once at its highest -log p token with one continuation (the
                      reference's (6, 2, 1, 2) makes 30 leaves and keeps 16, 7.5x the rows), and
@@ -146,6 +153,7 @@ ENGINES = {
     "april_g4": {"rl.partial.enabled": True, "rl.tis_cap": 2.0},
     "latr_g4": {"rl.rollout": "latr"},
     "latr_g8": {"rl.rollout": "latr", "rl.group_size": 8},
+    "latr_p64": {"rl.rollout": "latr", "rl.prompts_per_step": 64},
     "eptree_g4": {"rl.rollout": "eptree", "rl.eptree.num_chains": 2,
                   "rl.eptree.forks_per_round": 1, "rl.eptree.rounds": 1,
                   "rl.eptree.branches": 1, "rl.advantage": "treerl_code"},
@@ -203,6 +211,8 @@ def variants(root: str = "runs/sweeps") -> dict:
       "echo_measured": dict({"rl.rollout": "echo"},
                             **{f"rl.echo.{k}": v for k, v in ECHO_MEASURED.items()}),
       **ENGINES,
+      # latr_p64's control: plain GRPO G = 4 at its 64 prompts a step (256 rows, G = 8's).
+      "grpo_p64": {"rl.prompts_per_step": 64},
       # The allocators' family, all on the pool: its baseline and oracle first.
       "grpo_g4_pool": dict(ON_POOL),
       "oracle_knapsack_pool": dict(RAGGED, **{
@@ -242,7 +252,7 @@ FAMILIES = {
     "recipe_knapsack_pav": ("recipe", None, "grpo_g4_pool"),
 }
 # The families' own baselines and oracles among the variants (not methods).
-FAMILY_BASELINES = ("grpo_g4_pool", "grpo_g4_b24")
+FAMILY_BASELINES = ("grpo_g4_pool", "grpo_g4_b24", "grpo_p64")
 FAMILY_ORACLES = ("oracle_knapsack_pool", "oracle_v05_eq")
 # ground_v2's runs every table reads beside these: the baseline, G = 8 (the tokens target) and
 # the oracles.
@@ -323,11 +333,15 @@ def add_families(json_path: str) -> None:
 # ground_v2's runs the engines' table reads the engines against: G = 4, G = 8 (latr_g8's rows)
 # and the family's oracle.
 ENGINE_REFERENCES = (ground_v2.BASELINE, "grpo_g8", "oracle_treepo")
+# This sweep's own controls of an engine preset (in FAMILY_BASELINES).
+ENGINE_CONTROLS = ("grpo_p64",)
 
 
 def _engine_row(name: str) -> bool:
-  """Whether `name` has a row in the engines' table: the engines and ENGINE_REFERENCES."""
-  return FAMILIES.get(name, ("",))[0] == "rollout engine" or name in ENGINE_REFERENCES
+  """Whether `name` has a row in the engines' table: the engines, their controls and
+  ENGINE_REFERENCES."""
+  return (FAMILIES.get(name, ("",))[0] == "rollout engine" or name in ENGINE_REFERENCES
+          or name in ENGINE_CONTROLS)
 
 
 def mechanism_variants() -> tuple:
