@@ -84,10 +84,10 @@ def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
 
 
 def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tmp_path):
-  """Every preset passes the config checks at GRPO G=4's rows per step (latr_g8 at G=8's, about
-  G=4's rollout tokens); PAV reads the sweep's PRMs; PRIME's PRM rate is the reference's ratio
-  (1e-6 : 5e-7) times ladder2's policy rate; the dev screen runs seeds 0-2 and the table seeds
-  0-4; the dry run trains the PRMs from the shared SFT before any RL run."""
+  """Every preset passes the config checks at GRPO G=4's rows per step (latr_g8, latr_p64 and
+  latr_p64's control grpo_p64 at G=8's); PAV reads the sweep's PRMs; PRIME's PRM rate is the
+  reference's ratio (1e-6 : 5e-7) times ladder2's policy rate; the dev screen runs seeds 0-2 and
+  the table seeds 0-4; the dry run trains the PRMs from the shared SFT before any RL run."""
   runs = methods_v2.get_sweep(str(tmp_path))
   assert {r["seed"] for r in runs} == set(range(5))
   for name in methods_v2.SCREENED_OUT:  # the screen's seeds only
