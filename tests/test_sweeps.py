@@ -84,10 +84,11 @@ def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
 
 
 def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tmp_path):
-  """Every preset passes the config checks at GRPO G=4's rows per step (latr_g8, latr_p64 and
-  latr_p64's control grpo_p64 at G=8's); PAV reads the sweep's PRMs; PRIME's PRM rate is the
-  reference's ratio (1e-6 : 5e-7) times ladder2's policy rate; the dev screen runs seeds 0-2 and
-  the table seeds 0-4; the dry run trains the PRMs from the shared SFT before any RL run."""
+  """Every preset passes the config checks at GRPO G=4's rows per step (latr_g8, latr_p64, its
+  control grpo_p64 and the recipe built on it at G=8's); PAV reads the sweep's PRMs; PRIME's PRM
+  rate is the reference's ratio (1e-6 : 5e-7) times ladder2's policy rate; the dev screen runs
+  seeds 0-2 and the table seeds 0-4; the dry run trains the PRMs from the shared SFT before any
+  RL run."""
   runs = methods_v2.get_sweep(str(tmp_path))
   assert {r["seed"] for r in runs} == set(range(5))
   for name in methods_v2.SCREENED_OUT:  # the screen's seeds only
@@ -101,7 +102,7 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
     if run["name"].startswith("grpo_g4_b24"):  # V0.5's first round alone: 24 x 4 rows
       assert requests_lib.batch_rows(config) == 96
       continue
-    if run["name"].startswith(("latr_g8", "latr_p64", "grpo_p64")):  # G = 8's rows (8x32, 4x64)
+    if run["name"].startswith(("latr_g8", "latr_p64", "grpo_p64", "recipe_latr_pav")):  # 8x32, 4x64
       assert requests_lib.batch_rows(config) == 256
       continue
     assert requests_lib.batch_rows(config) == 128, run["name"]  # G = 4's rows a step
@@ -514,8 +515,8 @@ def test_methods_v2_rows_by_prior_rate_reads_the_16_rollout_buffer(tmp_path):
   names = methods_v2.mechanism_variants()
   assert {"knapsack_buf16", "grpo_g4_pool", "v05_v0_eq", "recipe_knapsack_pav"} <= set(names)
   assert {"echo_measured", "arrol_g4", "latr_g4", "latr_g8", "latr_p64", "grpo_p64",
-          "eptree_g4", "treepo_fixed", "april_g4", "grpo_g4", "grpo_g8", "oracle_treepo"
-          } <= set(names)
+          "recipe_latr_pav", "eptree_g4", "treepo_fixed", "april_g4", "grpo_g4", "grpo_g8",
+          "oracle_treepo"} <= set(names)
   assert "pav_bok4_a1" not in names
 
 

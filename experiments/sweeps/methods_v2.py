@@ -114,6 +114,11 @@ The combined recipe (baseline `grpo_g4_pool`; no oracle):
                      grpo_g4_pool: Knapsack +0.012, XRPO +0.004, InSight +0.002, VADE -0.007,
                      DARS -0.016) with the process reward whose interval is above 0. No engine:
                      ECHO makes dense groups only, and Knapsack needs ragged ones.
+  recipe_latr_pav    The recipe on the full train set (baseline `grpo_g4`, read against
+                     `grpo_g8` too): latr_p64, the engine that reached G = 8's final test accuracy
+                     with half its rollout tokens, with pav_bok4_a1's process reward. No
+                     allocator: every one needs the revisited pool, which costs more than any
+                     of them won back.
 
 Value prior (oracle: `oracle_v05_eq`, V0.5 with the Monte Carlo prior):
   v05_v0_eq          V0.5 (§4.2) with V0's learned prior at G = 4's rows: the first round is 24
@@ -232,6 +237,9 @@ def variants(root: str = "runs/sweeps") -> dict:
       # The combined recipe: the best allocator on the dev screen with the best process reward.
       "recipe_knapsack_pav": dict(
           RAGGED, **presets_knapsack(), **pav("pav", 1.0)),
+      # The recipe on the full train set: the engine that reached G = 8's final (latr_p64) with
+      # the process reward whose interval is above 0; no allocator (they need the pool).
+      "recipe_latr_pav": dict(ENGINES["latr_p64"], **pav("pav", 1.0)),
   }
 
 
@@ -250,6 +258,7 @@ FAMILIES = {
     "insight_pool": ("data selection", "oracle_knapsack_pool", "grpo_g4_pool"),
     "v05_v0_eq": ("value prior", "oracle_v05_eq"),
     "recipe_knapsack_pav": ("recipe", None, "grpo_g4_pool"),
+    "recipe_latr_pav": ("recipe", None),
 }
 # The families' own baselines and oracles among the variants (not methods).
 FAMILY_BASELINES = ("grpo_g4_pool", "grpo_g4_b24", "grpo_p64")
@@ -333,15 +342,16 @@ def add_families(json_path: str) -> None:
 # ground_v2's runs the engines' table reads the engines against: G = 4, G = 8 (latr_g8's rows)
 # and the family's oracle.
 ENGINE_REFERENCES = (ground_v2.BASELINE, "grpo_g8", "oracle_treepo")
-# This sweep's own controls of an engine preset (in FAMILY_BASELINES).
-ENGINE_CONTROLS = ("grpo_p64",)
+# Other rows of the engines' table: an engine preset's own control (in FAMILY_BASELINES) and the
+# recipe built on an engine.
+ENGINE_EXTRAS = ("grpo_p64", "recipe_latr_pav")
 
 
 def _engine_row(name: str) -> bool:
-  """Whether `name` has a row in the engines' table: the engines, their controls and
+  """Whether `name` has a row in the engines' table: the engines, ENGINE_EXTRAS and
   ENGINE_REFERENCES."""
   return (FAMILIES.get(name, ("",))[0] == "rollout engine" or name in ENGINE_REFERENCES
-          or name in ENGINE_CONTROLS)
+          or name in ENGINE_EXTRAS)
 
 
 def mechanism_variants() -> tuple:
