@@ -115,6 +115,7 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
   # Every preset is placed against an oracle, or is a family's own baseline or oracle.
   assert set(methods_v2.FAMILIES) | set(methods_v2.FAMILY_BASELINES) | set(
       methods_v2.FAMILY_ORACLES) == set(v)
+  assert v["recipe_latr_pav"] == {**v["latr_p64"], **v["pav_bok4_a1"]}  # exactly its two parts
   assert v["pav_truth_a1"]["rl.process.prm_dir"] == os.path.join(
       str(tmp_path), "methods_v2", "_prm", "truth", "truth")
   config = ladder2_config.get_config()
