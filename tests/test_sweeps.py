@@ -457,6 +457,9 @@ def test_methods_v2_report_names_families_and_flattens_the_recovered_share(tmp_p
   assert "knapsack_buf16" not in partial and "pav_bok4_a1:oracle_prm" in partial
   assert "--workdirs=R/methods_v2/[!_]*" in cmd and "--workdirs=R/ground_v2/oracle_prm_seed*" in cmd
   assert "--split=dev" in cmd and "--baseline=grpo_g4" in cmd
+  # A machine without G = 4's runs pairs its report against another variant (then merged).
+  assert "--baseline=grpo_g4_b24" in methods_v2.report_command("R", "o", done=done,
+                                                               baseline="grpo_g4_b24")
   oracle = next(a for a in cmd if a.startswith("--oracle="))
   assert "pav_bok4_a1:oracle_prm" in oracle and "echo_measured:oracle_treepo" in oracle
   # The allocators' share is measured from GRPO on their own prompt pool.

@@ -307,16 +307,19 @@ def finished(root: str) -> set:
           {g for g in GROUND if done("ground_v2", g)})
 
 
-def report_command(root: str, out: str, split: str = "test", done=None) -> list[str]:
+def report_command(root: str, out: str, split: str = "test", done=None,
+                   baseline: str = ground_v2.BASELINE) -> list[str]:
   """argv of `experiments.report` over the finished runs and ground_v2's (OUT.{md,png,json}).
   `done`: the variants with finished runs (default: `finished(root)`); a family pair naming one
-  that has none is left out of `--oracle` (a partial sweep)."""
+  that has none is left out of `--oracle` (a partial sweep). `baseline`: the variant the report
+  pairs against (another where G = 4's runs are on another machine: `experiments.merge_reports`
+  joins the reports by seed)."""
   done = finished(root) if done is None else set(done)
   ground = [f"--workdirs={root}/ground_v2/{name}_seed*" for name in GROUND]
   oracles = ",".join(":".join([v, *f[1:]]) for v, f in FAMILIES.items()
                      if f[1] and {v, *f[1:]} <= done)
   return [sys.executable, "-m", "experiments.report", f"--workdirs={root}/methods_v2/[!_]*",
-          *ground, f"--baseline={ground_v2.BASELINE}", f"--oracle={oracles}", f"--split={split}",
+          *ground, f"--baseline={baseline}", f"--oracle={oracles}", f"--split={split}",
           f"--out={out}.md", f"--png={out}.png", f"--json={out}.json"]
 
 
@@ -445,6 +448,8 @@ if __name__ == "__main__":
   _SEEDS = flags.DEFINE_list("seeds", None, "Run these seeds only (default: the split's); a "
                              "second launcher can then share a sweep without running the same "
                              "run twice.")
+  _BASELINE = flags.DEFINE_string("baseline", ground_v2.BASELINE, "The variant the report is "
+                                  "paired against (another where G = 4's runs are elsewhere).")
   _REPORT_NAME = flags.DEFINE_string("report_name", None, "The report's file name, without "
                                      "suffix (default: methods_v2_report, or "
                                      "methods_v2_dev_report with --split=dev).")
@@ -476,7 +481,7 @@ if __name__ == "__main__":
       launch.execute(steps[1:], _JOBS.value, _DRY_RUN.value)
     out = os.path.join(_OUT.value, _REPORT_NAME.value or (
         "methods_v2_report" if _SPLIT.value == "test" else "methods_v2_dev_report"))
-    report = report_command(root, out, _SPLIT.value)
+    report = report_command(root, out, _SPLIT.value, baseline=_BASELINE.value)
     if _DRY_RUN.value:
       print(" ".join(report))
       return
