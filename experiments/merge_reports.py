@@ -7,11 +7,12 @@ machines, each reading its own runs, becomes one table.
 Per variant, the per-seed final accuracies (`test_accuracy_by_seed`) of every report are pooled;
 the mean, its 95% t interval, the paired difference to every other variant (`paired_delta`, over
 the seeds both hold) and, with `--oracle` (report.py's syntax), the share of the oracle's gain
-recovered are computed again from the pooled seeds; `sources` says which report gave each seed
-and `reproduced` which runs a later report repeated. The other per-variant means (rollout tokens,
-seconds, zero-advantage share, `mechanism`) are pooled weighted by seeds; tokens to target keeps
-only the count of seeds that reached it, and AUC and the dev interval are null (they need the
-runs' curves).
+recovered are computed again from the pooled seeds (without `--oracle`, each variant's own
+`oracle` and its `recovered.baseline` from the reports, as methods_v2 writes them). `sources`
+says which report gave each seed and `reproduced` which runs a later report repeated. The other
+per-variant means (rollout tokens, seconds, zero-advantage share, `mechanism`) are pooled
+weighted by seeds; tokens to target keeps only the count of seeds that reached it, and AUC and
+the dev interval are null (they need the runs' curves).
 
 Runs of two machines can only be pooled when they start from the same SFT policy, which a
 machine's floating-point results decide. So the reports must share at least one run (variant and
@@ -88,6 +89,11 @@ def merge(reports: list[dict], names: list[str], baseline: str, oracle: str | No
   keep = list(pooled) if not variants else [v for v in pooled if v in variants]
   if baseline not in pooled:
     raise ValueError(f"--baseline={baseline!r} is not a variant of these reports")
+  if oracle is None:  # Each variant's own, where a report names it (methods_v2's `oracle`).
+    own = {n: (v.get("oracle"), (v.get("recovered") or {}).get("baseline", baseline))
+           for n in pooled for _, v in parts[n][:1]}
+    oracle = ",".join(f"{n}:{o}:{b}" for n, (o, b) in own.items()
+                      if n != baseline and o in pooled and b in pooled)
   oracles = parse_oracles(oracle, list(pooled), baseline)
   bases = oracle_baselines(oracle, list(pooled), baseline)
   out = []
@@ -117,9 +123,9 @@ def merge(reports: list[dict], names: list[str], baseline: str, oracle: str | No
   return dict(baseline=baseline, merged_from=names, variants=out)
 
 
-def _pm(pair) -> str:
+def _pm(pair, fmt: str = "{:.3f}") -> str:
   mean, half = pair
-  return "-" if mean is None else f"{mean:.3f}" + ("" if half is None else f" ± {half:.3f}")
+  return "-" if mean is None else fmt.format(mean) + ("" if half is None else f" ± {half:.3f}")
 
 
 def markdown(merged: dict) -> str:
@@ -144,8 +150,9 @@ def markdown(merged: dict) -> str:
     if v["reproduced"]:
       where += f" (reproduced: {', '.join(v['reproduced'])})"
     final = _pm((v["test_accuracy"], v["test_accuracy_ci95"]))
+    delta = _pm(v["paired_delta"].get(base, (None, None)), "{:+.3f}")
     lines.append(f"| {v['name']} | {v['seeds']} | {final}"
-                 f" | {_pm(v['paired_delta'].get(base, (None, None)))} | {share} | "
+                 f" | {delta} | {share} | "
                  f"{v['rollout_tokens'] or float('nan'):,.0f} | "
                  f"{v['wall_seconds'] or float('nan'):.0f} | {where} |")
   return "\n".join(lines) + "\n"

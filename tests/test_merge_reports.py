@@ -57,7 +57,13 @@ def test_seeds_pool_and_statistics_are_recomputed():
   assert g4["seeds"] == 3 and g4["rollout_tokens"] == 100.0  # the repeat adds no seed
   assert g4["reproduced"] == ["seed 2 in new.json"]
   table = merge_reports.markdown(merged)
-  assert "| m | 3 | 0.470 ± 0.050 | 0.050 ± 0.000 | 0.577 ± 0.191 of oracle |" in table
+  assert "| m | 3 | 0.470 ± 0.050 | +0.050 ± 0.000 | 0.577 ± 0.191 of oracle |" in table
+  # Without --oracle, each variant's own oracle as the reports name it (methods_v2's fields).
+  reports = _reports()
+  reports[0]["variants"][1].update(oracle="oracle", recovered={"baseline": "grpo_g4"})
+  own = merge_reports.merge(reports, ["old.json", "new.json"], "grpo_g4")
+  assert {v["name"]: v.get("recovered_share") for v in own["variants"]} == {
+      "grpo_g4": None, "m": pytest.approx(want["share"]), "oracle": None}
 
 
 @pytest.mark.parametrize("reports, expected", [
