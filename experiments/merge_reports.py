@@ -11,8 +11,9 @@ recovered are computed again from the pooled seeds (without `--oracle`, each var
 `oracle` and its `recovered.baseline` from the reports, as methods_v2 writes them). `sources`
 says which report gave each seed and `reproduced` which runs a later report repeated. The other
 per-variant means (rollout tokens, seconds, zero-advantage share, `mechanism`) are pooled
-weighted by seeds; tokens to target keeps only the count of seeds that reached it, and AUC and
-the dev interval are null (they need the runs' curves).
+weighted by seeds; tokens to target keeps only the count of seeds that reached it (null unless
+every report has the same baseline and target), and AUC and the dev interval are null (they
+need the runs' curves).
 
 Runs of two machines can only be pooled when they start from the same SFT policy, which a
 machine's floating-point results decide. So the reports must share at least one run (variant and
@@ -87,6 +88,9 @@ def merge(reports: list[dict], names: list[str], baseline: str, oracle: str | No
   if len(sft) > 1:
     raise ValueError(f"{', '.join(names)}: SFT accuracies {sorted(sft)}; expected one SFT policy")
   keep = list(pooled) if not variants else [v for v in pooled if v in variants]
+  # A run's target is its report's baseline's final (or `target`): counts add up only when every
+  # report aimed at the same one.
+  same_target = len({(r.get("baseline"), r.get("target")) for r in reports}) == 1
   if baseline not in pooled:
     raise ValueError(f"--baseline={baseline!r} is not a variant of these reports")
   if oracle is None:  # Each variant's own, where a report names it (methods_v2's `oracle`).
@@ -110,7 +114,8 @@ def merge(reports: list[dict], names: list[str], baseline: str, oracle: str | No
       obj[key] = _pool([(w, v.get(key)) for w, v in parts[name]])
     obj["dev_accuracy_ci95"], obj["auc"] = None, [None, None]
     obj["tokens_to_target"] = dict(mean=None, ci95=None, reached=sum(
-        v.get("tokens_to_target", {}).get("reached", 0) for _, v in parts[name]))
+        v.get("tokens_to_target", {}).get("reached", 0) for _, v in parts[name])
+        if same_target else None)
     obj["paired_delta"] = {o: [_num(x) for x in interval(paired(by_seed, pooled[o]))]
                            for o in pooled if o != name and set(by_seed) & set(pooled[o])}
     if name in oracles:

@@ -52,6 +52,10 @@ def test_seeds_pool_and_statistics_are_recomputed():
   assert m["rollout_tokens"] == pytest.approx(120.0)
   assert m["mechanism"] == {"a": pytest.approx(2.0), "b": {"c": pytest.approx(2.0)}}
   assert m["tokens_to_target"]["reached"] == 2
+  other = _reports()
+  other[1]["baseline"] = "m"  # another target: the counts do not add up
+  assert merge_reports.merge(other, ["o", "n"], "grpo_g4")["variants"][1][
+      "tokens_to_target"]["reached"] is None
   assert m["sources"] == {"0": "old.json", "1": "old.json", "2": "new.json"}
   g4 = {v["name"]: v for v in merged["variants"]}["grpo_g4"]
   assert g4["seeds"] == 3 and g4["rollout_tokens"] == 100.0  # the repeat adds no seed
