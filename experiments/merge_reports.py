@@ -87,6 +87,10 @@ def merge(reports: list[dict], names: list[str], baseline: str, oracle: str | No
          if v.get("sft_accuracy") is not None}
   if len(sft) > 1:
     raise ValueError(f"{', '.join(names)}: SFT accuracies {sorted(sft)}; expected one SFT policy")
+  unknown = sorted(set(variants or ()) - set(pooled))
+  if unknown:
+    raise ValueError(f"--variants: {', '.join(unknown)} not in these reports; expected some of "
+                     f"{sorted(pooled)}")
   keep = list(pooled) if not variants else [v for v in pooled if v in variants]
   # A run's target is its report's baseline's final (or `target`): counts add up only when every
   # report aimed at the same one.

@@ -81,6 +81,13 @@ def test_reports_of_two_sft_policies_are_refused(reports, expected):
     merge_reports.merge(reports(), ["old.json", "new.json"], "grpo_g4")
 
 
+def test_rows_can_be_chosen_and_an_unknown_one_is_named():
+  merged = merge_reports.merge(_reports(), ["o", "n"], "grpo_g4", variants=["m"])
+  assert [v["name"] for v in merged["variants"]] == ["m"]
+  with pytest.raises(ValueError, match="--variants: mm not in these reports"):
+    merge_reports.merge(_reports(), ["o", "n"], "grpo_g4", variants=["m", "mm"])
+
+
 def test_a_user_meets_one_line(tmp_path):
   paths = []
   for i, report in enumerate(_reports(b_g4=0.45)):
