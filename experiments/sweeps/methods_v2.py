@@ -19,11 +19,11 @@ and `oracle_prm` of the same seed. Runs pair only with runs from the same machin
 same code and config, installed afresh on another 2-core CPU machine (2026-11-27), trained an SFT
 policy of dev/test greedy 0.285/0.279 (against 0.282/0.271), and GRPO G = 4 from it ended at
 0.506 on the test set over 5 seeds (against 0.452), so a sweep on a new machine runs its
-baselines again (`ground_v2 --variants=grpo_g4`), unless it reproduces a finished run exactly (a
-third machine, 2026-11-28, trained the first SFT bit for bit): then `--baseline` names a variant
-it has and `experiments.merge_reports` joins the two machines' reports by seed. The report is `experiments.report` over both
-directories with each variant's family oracle (`--oracle=METHOD:ORACLE`, the share of the
-oracle's gain recovered);
+baselines again (`ground_v2 --variants=grpo_g4`), unless it reproduces a finished run exactly
+(a third machine, 2026-11-28, trained an SFT that scored as the first and reproduced a run):
+then `--baseline` names a variant it has and `experiments.merge_reports` joins the two
+machines' reports by seed. The report is `experiments.report` over both directories with each
+variant's family oracle (`--oracle=METHOD:ORACLE`, the share of the oracle's gain recovered);
 experiments/README, "Which method helps, and how much", has the table.
 
 Process rewards (oracle: `oracle_prm`, PAV with a perfect prover):
