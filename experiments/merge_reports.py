@@ -26,21 +26,17 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 from absl import app, flags
 
 from experiments import cli
-from experiments.report_stats import interval, oracle_baselines, paired, parse_oracles
-from experiments.report_stats import recovered_share
+from experiments.report_stats import (interval, oracle_baselines, paired, parse_oracles,
+                                      recovered_share)
+from experiments.report_stats import json_number as _num
 
 _POOLED = ("rollout_tokens", "dev_accuracy", "rl_sampled_accuracy", "sft_accuracy",
            "zero_adv_share", "rl_train_seconds", "wall_seconds")
 _KEPT = ("family", "test_accuracy_key")
 TOLERANCE = 1e-9
-
-
-def _num(x):
-  return float(x) if x is not None and np.isfinite(x) else None
 
 
 def _pool(items: list[tuple[float, object]]):
@@ -124,10 +120,9 @@ def merge(reports: list[dict], names: list[str], baseline: str, oracle: str | No
                            for o in pooled if o != name and set(by_seed) & set(pooled[o])}
     if name in oracles:
       rec = recovered_share(by_seed, pooled[oracles[name]], pooled[bases[name]])
-      obj.update(oracle=oracles[name], recovered_share=_num(rec["share"]),
-                 recovered_share_ci95=(None if np.isinf(rec["ci95"]) else _num(rec["ci95"])),
-                 recovered=dict(rec, baseline=bases[name], share=_num(rec["share"]),
-                                ci95=_num(rec["ci95"])))
+      rec.update(baseline=bases[name], share=_num(rec["share"]), ci95=_num(rec["ci95"]))
+      obj.update(oracle=oracles[name], recovered_share=rec["share"],
+                 recovered_share_ci95=rec["ci95"], recovered=rec)
     out.append(obj)
   return dict(baseline=baseline, merged_from=names, variants=out)
 

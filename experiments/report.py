@@ -73,6 +73,7 @@ from matplotlib.figure import Figure
 
 from experiments.report_stats import (interval, oracle_baselines, paired, parse_oracles,
                                       recovered_share)
+from experiments.report_stats import json_number as _num
 from rl_jax.metrics import read_metrics
 
 _WORKDIRS = flags.DEFINE_multi_string("workdirs", None, "Glob(s) of run work dirs.")
@@ -302,11 +303,6 @@ def markdown(runs: list[dict], baseline: str | None = None, target: float | None
     cells = [fmt.format(r.get(k, float("nan"))) for _, k, fmt in columns]
     lines.append(f"| {r['name']} | {r['seed']} | {' | '.join(cells)} |")
   return "\n".join(lines) + "\n"
-
-
-def _num(x):
-  """A JSON number, or None for nan / inf (JSON has neither)."""
-  return float(x) if x is not None and np.isfinite(x) else None
 
 
 def json_report(runs: list[dict], baseline: str | None = None, target: float | None = None,

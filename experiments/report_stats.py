@@ -30,6 +30,11 @@ def interval(values) -> tuple[float, float]:
   return float(x.mean()), float(t975(len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
 
 
+def json_number(x):
+  """A JSON number, or None for None, nan and inf (JSON has neither)."""
+  return float(x) if x is not None and np.isfinite(x) else None
+
+
 def paired(values: dict, other: dict) -> list[float]:
   """values[s] - other[s] for every seed s that both hold (dicts seed -> accuracy), by seed."""
   return [values[s] - other[s] for s in sorted(set(values) & set(other))]
