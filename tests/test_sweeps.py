@@ -143,10 +143,22 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
                        check=True).stdout.splitlines()
   assert [l.split("--config.seed=")[1].split()[0] for l in out[1:-1]] == ["1", "3"]
   assert out[-1].endswith("--json=experiments/sweeps/engines.json")
-  bad = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
-                        "--split=dev", "--seeds=4"], capture_output=True, text=True)
-  assert bad.returncode != 0 and "--seeds=4: expected seeds of the dev split, [0, 1, 2]" in (
-      bad.stderr)
+  # The test split takes replicates past the table's seeds 0-4; the dev split only its own.
+  out = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
+                        f"--workdir_root={tmp_path}", "--variants=insight_pool", "--seeds=7,5"],
+                       capture_output=True, text=True, check=True).stdout.splitlines()
+  assert [l.split("--workdir=")[1].split()[0] for l in out[1:-1]] == [
+      f"{tmp_path}/methods_v2/insight_pool_seed{s}" for s in (5, 7)]
+  assert [r["seed"] for r in methods_v2.get_sweep(str(tmp_path), only=["pav_bok4_a2"],
+                                                   seeds=[2, 5])] == [2]  # screened out past 2
+  with pytest.raises(ValueError, match="--seeds=-1: expected seeds >= 0"):
+    methods_v2.get_sweep(str(tmp_path), seeds=[-1])
+  for flags, message in ((["--split=dev", "--seeds=4"],
+                          "--seeds=4: expected seeds of the dev split, [0, 1, 2]"),
+                         (["--seeds=4,x"], "--seeds=4,x: expected non-negative integers")):
+    bad = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
+                          *flags], capture_output=True, text=True)
+    assert bad.returncode != 0 and message in bad.stderr
   bad = subprocess.run([sys.executable, "-m", "experiments.sweeps.methods_v2", "--dry_run",
                         "--variants=vade_pool,nope"], capture_output=True, text=True)
   assert bad.returncode != 0 and "--variants names ['nope']; expected names from" in bad.stderr
