@@ -1,10 +1,12 @@
 """What a methods_v2 run's mechanism did, read from its metrics and rollout history: the rows a
 prompt got at a visit by its recent success rate (the allocators), V0.5's extra rows, and a
-rollout engine's decoded tokens, forks, prunes and quality head. `methods_v2.add_mechanism` puts
-the seed means into the report."""
+rollout engine's decoded tokens, forks, prunes and quality head. `write_tables` puts
+the seed means into a methods_v2 report."""
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 
 import numpy as np
@@ -72,3 +74,69 @@ def mean_tree(items: list):
   if isinstance(items[0], dict):
     return {k: mean_tree([i[k] for i in items]) for k in items[0]}
   return None if any(i is None for i in items) else float(np.mean(items))
+
+
+def write_tables(out_prefix: str, root: str, names, ground, engine_row) -> None:
+  """Adds each variant's seed-mean `mechanism` to OUT.json and a table of it to OUT.md (runs
+  under ROOT/methods_v2, those of `ground` under ROOT/ground_v2; `names`, when given, limits
+  the variants): the pool's rows by success rate, and the engines' (`engine_row(name)`)."""
+  with open(out_prefix + ".json") as f:
+    data = json.load(f)
+  lines = ["", f"Rows per visit of a prompt by its success rate over its last {BUFFER} rollouts "
+           f"before the visit (no estimate under {MIN_OBS}), their share of all rows, and visits "
+           "per prompt drawn.",
+           "", "| variant | informative groups | largest group | " +
+           " | ".join(f"rows/visit at {b} (share)" for b in RATE_BINS) +
+           " | visits per prompt | V0.5 extra rows / step | V0.5 prior rejected |",
+           "|---|---:|---:|" + "---:|" * len(RATE_BINS) + "---:|---:|---:|"]
+  pool_header = len(lines)
+  engine_lines = ["", "Rollout engines, per RL step: decoded tokens, tokens in the batch, "
+                  "informative groups, forks and pruned rows of a tree, ARRoL's quality head "
+                  "(accuracy and BCE on the survivors' outcomes, and the accuracy of always "
+                  "guessing the batch's more common outcome) and its pruned rows, APRIL's "
+                  "resumed groups and share of tokens from an older policy.", "",
+                  "| variant | decoded tokens | batch tokens | informative groups | forks | "
+                  "pruned (tree) | ARRoL pruned rows | ARRoL head acc (BCE; constant guess) | "
+                  "APRIL resumed groups | APRIL off-policy tokens |", "|---|" + "---:|" * 9]
+  engine_header = len(engine_lines)
+  fmt = lambda x, f="{:.2f}": "-" if x is None else f.format(x)
+  for v in data["variants"]:
+    if names is not None and v["name"] not in names:
+      continue
+    sub = "ground_v2" if v["name"] in ground else "methods_v2"
+    dirs = sorted(os.path.dirname(f) for f in glob.glob(
+        os.path.join(root, sub, v["name"] + "_seed*", "summary.json")))
+    if not dirs:
+      continue
+    runs = [mechanism(d) for d in dirs]
+    keys = [k for k in runs[0] if all(k in r for r in runs)]  # Every seed has them, in order.
+    m = mean_tree([{k: r[k] for k in keys} for r in runs])
+    v["mechanism"] = m
+    if engine_row(v["name"]):
+      acc, bce, const = (m.get(k) for k in ("arrol/head_acc", "arrol/head_loss",
+                                            "arrol/constant_acc"))
+      engine_lines.append(
+          f"| {v['name']} | {fmt(m.get('rollout_tokens'), '{:,.0f}')} | "
+          f"{fmt(m.get('batch_tokens'), '{:,.0f}')} | {fmt(m.get('informative_frac'))} | "
+          f"{fmt(m.get('tree_forks'), '{:.1f}')} | {fmt(m.get('tree_pruned'), '{:.1f}')} | "
+          f"{fmt(m.get('arrol/rows_pruned'), '{:.1f}')} | "
+          + ("-" if acc is None else f"{acc:.2f} ({bce:.3f}; {fmt(const)})") + " | "
+          f"{fmt(m.get('april/resumed_groups'), '{:.1f}')} | "
+          f"{fmt(m.get('april/offpolicy_token_frac'))} |")
+      continue  # On the full train set a prompt has no history to bin by.
+    by = m.get("rows_by_prior_rate")
+    if by is None:
+      continue
+    cells = [f"{fmt(by[b]['rows_per_visit'], '{:.1f}')} ({by[b]['row_share']:.2f})"
+             for b in RATE_BINS]
+    lines.append(f"| {v['name']} | {fmt(m.get('informative_frac'))} | "
+                 f"{fmt(m.get('alloc/n_max'), '{:.1f}')} | " + " | ".join(cells) +
+                 f" | {fmt(by['visits_per_prompt'], '{:.1f}')} | "
+                 f"{fmt(m.get('v05/extra_rows'), '{:.1f}')} | {fmt(m.get('v05/rejected_frac'))} |")
+  with open(out_prefix + ".json", "w") as f:
+    json.dump(data, f, indent=1)
+  lines = (["", "## What the mechanisms did (means over steps and seeds)"] +
+           (lines if len(lines) > pool_header else []) +  # the tables that have rows
+           (engine_lines if len(engine_lines) > engine_header else []))
+  with open(out_prefix + ".md", "a") as f:
+    f.write("\n".join(lines) + "\n")

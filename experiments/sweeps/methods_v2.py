@@ -109,6 +109,11 @@ prompt get up to 32 (`rl.max_group_size`).
   vade_pool          VADE (§6.5): Thompson sampling on decayed Beta posteriors picks 32 of 128
                      candidates; G = 4 each.
   insight_pool       InSight (§6.4): the top 32 of 128 candidates by weighted mutual information.
+The family's best at G = 8's rollout tokens (256 rows a step; baseline `grpo_g8_pool`, no oracle):
+  grpo_g8_pool       GRPO G = 8 on the pool.
+  knapsack_g8_pool   knapsack_buf16 at 256 rows a step: a prompt without an estimate gets their
+                     mean, 8 (the reference's N), cap 32.
+  insight_g8_pool    insight_pool with G = 8 rows for each of its 32 prompts.
 
 The combined recipe (baseline `grpo_g4_pool`; no oracle):
   recipe_knapsack_pav  `knapsack_buf16` with `pav_bok4_a1`'s process reward on the pool: the
@@ -142,7 +147,7 @@ import sys
 from absl import app, flags
 
 from experiments.sweeps import ground_v2, launch
-from experiments.sweeps.mechanism import BUFFER, MIN_OBS, RATE_BINS, mean_tree, mechanism
+from experiments.sweeps.mechanism import write_tables
 
 BASE_CONFIG = ground_v2.BASE_CONFIG
 TEST_SEEDS = ground_v2.SEEDS
@@ -180,6 +185,8 @@ ON_POOL = {"rl.prompt_pool": POOL}
 RAGGED = dict(ON_POOL, **{"rl.max_group_size": MAX_ROWS})
 # The history-based allocators' estimates: each prompt's last 16 rollouts, min_n 2 (Knapsack's).
 BUFFER16 = {"rl.allocation.min_n": 2, "rl.allocation.history_rollouts": 16}
+# G = 8's rollout tokens: 8 rows a prompt on average, 256 a step.
+G8 = {"rl.group_size": 8}
 
 # V0.5 (ALGORITHMS.md §4.2) inside G = 4's 128 rows a step: the first round samples G = 4 rows of
 # 24 prompts (96 rows) and the batch holds R_max = 128 (`rl.rows`), so the extra rounds of prompts
@@ -230,6 +237,10 @@ def variants(root: str = "runs/sweeps") -> dict:
       "xrpo_pool": dict(RAGGED, **BUFFER16, **{"rl.allocator": "xrpo"}),
       "vade_pool": dict(ON_POOL, **{"rl.allocator": "vade", "rl.max_group_size": 4}),
       "insight_pool": dict(ON_POOL, **{"rl.allocator": "insight", "rl.max_group_size": 4}),
+      # The family's best at G = 8's 256 rows a step, and their GRPO.
+      "grpo_g8_pool": dict(ON_POOL, **G8),
+      "knapsack_g8_pool": dict(RAGGED, **presets_knapsack(), **G8),
+      "insight_g8_pool": dict(ON_POOL, **G8, **{"rl.allocator": "insight", "rl.max_group_size": 8}),
       # V0.5 at G = 4's rows: its oracle (the Monte Carlo prior) and V0's learned prior.
       "oracle_v05_eq": dict(V05_EQUAL_ROWS, **{"rl.v05.prior": "oracle"}),
       "v05_v0_eq": dict(V05_EQUAL_ROWS, **{"rl.v05.prior": "v0"}),
@@ -258,12 +269,14 @@ FAMILIES = {
     "xrpo_pool": ("allocation", "oracle_knapsack_pool", "grpo_g4_pool"),
     "vade_pool": ("data selection", "oracle_knapsack_pool", "grpo_g4_pool"),
     "insight_pool": ("data selection", "oracle_knapsack_pool", "grpo_g4_pool"),
+    "knapsack_g8_pool": ("allocation", None, "grpo_g8_pool"),
+    "insight_g8_pool": ("data selection", None, "grpo_g8_pool"),
     "v05_v0_eq": ("value prior", "oracle_v05_eq"),
     "recipe_knapsack_pav": ("recipe", None, "grpo_g4_pool"),
     "recipe_latr_pav": ("recipe", None),
 }
 # The families' own baselines and oracles among the variants (not methods).
-FAMILY_BASELINES = ("grpo_g4_pool", "grpo_g4_b24", "grpo_p64")
+FAMILY_BASELINES = ("grpo_g4_pool", "grpo_g4_b24", "grpo_p64", "grpo_g8_pool")
 FAMILY_ORACLES = ("oracle_knapsack_pool", "oracle_v05_eq")
 # ground_v2's runs every table reads beside these: the baseline, G = 8 (the tokens target) and
 # the oracles.
@@ -375,69 +388,9 @@ def mechanism_variants() -> tuple:
 
 
 def add_mechanism(out_prefix: str, root: str, names=None) -> None:
-  """Adds each variant's seed-mean `mechanism` to OUT.json and a table of it to OUT.md, for the
-  variants of this sweep (runs under ROOT/methods_v2, GROUND's under ROOT/ground_v2; `names`
-  limits them)."""
-  with open(out_prefix + ".json") as f:
-    data = json.load(f)
-  lines = ["", f"Rows per visit of a prompt by its success rate over its last {BUFFER} rollouts "
-           f"before the visit (no estimate under {MIN_OBS}), their share of all rows, and visits "
-           "per prompt drawn.",
-           "", "| variant | informative groups | largest group | " +
-           " | ".join(f"rows/visit at {b} (share)" for b in RATE_BINS) +
-           " | visits per prompt | V0.5 extra rows / step | V0.5 prior rejected |",
-           "|---|---:|---:|" + "---:|" * len(RATE_BINS) + "---:|---:|---:|"]
-  pool_header = len(lines)
-  engine_lines = ["", "Rollout engines, per RL step: decoded tokens, tokens in the batch, "
-                  "informative groups, forks and pruned rows of a tree, ARRoL's quality head "
-                  "(accuracy and BCE on the survivors' outcomes, and the accuracy of always "
-                  "guessing the batch's more common outcome) and its pruned rows, APRIL's "
-                  "resumed groups and share of tokens from an older policy.", "",
-                  "| variant | decoded tokens | batch tokens | informative groups | forks | "
-                  "pruned (tree) | ARRoL pruned rows | ARRoL head acc (BCE; constant guess) | "
-                  "APRIL resumed groups | APRIL off-policy tokens |", "|---|" + "---:|" * 9]
-  engine_header = len(engine_lines)
-  fmt = lambda x, f="{:.2f}": "-" if x is None else f.format(x)
-  for v in data["variants"]:
-    if names is not None and v["name"] not in names:
-      continue
-    sub = "ground_v2" if v["name"] in GROUND else "methods_v2"
-    dirs = sorted(os.path.dirname(f) for f in glob.glob(
-        os.path.join(root, sub, v["name"] + "_seed*", "summary.json")))
-    if not dirs:
-      continue
-    runs = [mechanism(d) for d in dirs]
-    keys = [k for k in runs[0] if all(k in r for r in runs)]  # Every seed has them, in order.
-    m = mean_tree([{k: r[k] for k in keys} for r in runs])
-    v["mechanism"] = m
-    if _engine_row(v["name"]):
-      acc, bce, const = (m.get(k) for k in ("arrol/head_acc", "arrol/head_loss",
-                                            "arrol/constant_acc"))
-      engine_lines.append(
-          f"| {v['name']} | {fmt(m.get('rollout_tokens'), '{:,.0f}')} | "
-          f"{fmt(m.get('batch_tokens'), '{:,.0f}')} | {fmt(m.get('informative_frac'))} | "
-          f"{fmt(m.get('tree_forks'), '{:.1f}')} | {fmt(m.get('tree_pruned'), '{:.1f}')} | "
-          f"{fmt(m.get('arrol/rows_pruned'), '{:.1f}')} | "
-          + ("-" if acc is None else f"{acc:.2f} ({bce:.3f}; {fmt(const)})") + " | "
-          f"{fmt(m.get('april/resumed_groups'), '{:.1f}')} | "
-          f"{fmt(m.get('april/offpolicy_token_frac'))} |")
-      continue  # On the full train set a prompt has no history to bin by.
-    by = m.get("rows_by_prior_rate")
-    if by is None:
-      continue
-    cells = [f"{fmt(by[b]['rows_per_visit'], '{:.1f}')} ({by[b]['row_share']:.2f})"
-             for b in RATE_BINS]
-    lines.append(f"| {v['name']} | {fmt(m.get('informative_frac'))} | "
-                 f"{fmt(m.get('alloc/n_max'), '{:.1f}')} | " + " | ".join(cells) +
-                 f" | {fmt(by['visits_per_prompt'], '{:.1f}')} | "
-                 f"{fmt(m.get('v05/extra_rows'), '{:.1f}')} | {fmt(m.get('v05/rejected_frac'))} |")
-  with open(out_prefix + ".json", "w") as f:
-    json.dump(data, f, indent=1)
-  lines = (["", "## What the mechanisms did (means over steps and seeds)"] +
-           (lines if len(lines) > pool_header else []) +  # the tables that have rows
-           (engine_lines if len(engine_lines) > engine_header else []))
-  with open(out_prefix + ".md", "a") as f:
-    f.write("\n".join(lines) + "\n")
+  """Adds each variant's seed-mean `mechanism` to OUT.json and its tables to OUT.md
+  (`mechanism.write_tables`): runs under ROOT/methods_v2, GROUND's under ROOT/ground_v2."""
+  write_tables(out_prefix, root, names, ground=GROUND, engine_row=_engine_row)
 
 
 if __name__ == "__main__":
