@@ -85,10 +85,10 @@ def test_ground_v2_sweep_applies_to_ladder2_and_names_the_issue_variants():
 
 def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tmp_path):
   """Every preset passes the config checks at GRPO G=4's rows per step (latr_g8, latr_p64, its
-  control grpo_p64, the recipe built on it and the pool's G = 8 rows at G=8's); PAV reads the
-  sweep's PRMs; PRIME's PRM rate is the reference's ratio (1e-6 : 5e-7) times ladder2's policy
-  rate; the dev screen runs seeds 0-2 and the table seeds 0-4; the dry run trains the PRMs from
-  the shared SFT before any RL run."""
+  control grpo_p64, the recipe built on it and the G = 8 rows of PAV and the pool at G=8's); PAV
+  reads the sweep's PRMs; PRIME's PRM rate is the reference's ratio (1e-6 : 5e-7) times ladder2's
+  policy rate; the dev screen runs seeds 0-2 and the table seeds 0-4; the dry run trains the PRMs
+  from the shared SFT before any RL run."""
   runs = methods_v2.get_sweep(str(tmp_path))
   assert {r["seed"] for r in runs} == set(range(5))
   for name in methods_v2.SCREENED_OUT:  # the screen's seeds only
@@ -103,7 +103,7 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
       assert requests_lib.batch_rows(config) == 96
       continue
     if run["name"].startswith(("latr_g8", "latr_p64", "grpo_p64", "recipe_latr_pav", "grpo_g8_pool",
-                               "knapsack_g8_pool", "insight_g8_pool")):  # 8 x 32, 4 x 64
+                               "knapsack_g8_pool", "insight_g8_pool", "pav_g8")):  # 8 x 32, 4 x 64
       assert requests_lib.batch_rows(config) == 256
       continue
     assert requests_lib.batch_rows(config) == 128, run["name"]  # G = 4's rows a step
@@ -123,6 +123,7 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
   assert v["knapsack_g8_pool"] == {**v["knapsack_buf16"], **g8}
   assert v["insight_g8_pool"] == {**v["insight_pool"], **g8, "rl.max_group_size": 8}
   assert v["grpo_g8_pool"] == {**v["grpo_g4_pool"], **g8}
+  assert v["pav_g8"] == {**v["pav_bok4_a1"], **g8}  # PAV's best at G = 8's rows
   assert methods_v2.FAMILIES["knapsack_g8_pool"][2] == "grpo_g8_pool"
   assert v["pav_truth_a1"]["rl.process.prm_dir"] == os.path.join(
       str(tmp_path), "methods_v2", "_prm", "truth", "truth")

@@ -32,6 +32,8 @@ Process rewards (oracle: `oracle_prm`, PAV with a perfect prover):
                      continuations per step prefix, from 4,096 completions of the SFT policy
                      (1,024 train problems x 4); alpha 1 or 2 (the paper sweeps alpha and gives
                      no value): the dev screen picked 1, so alpha 2 runs on seeds 0-2 only.
+  pav_g8             pav_bok4_a1 at G = 8's rows (8 a prompt, 256 a step), the family's best at
+                     G = 8's rollout tokens, read against ground_v2's grpo_g8.
   pav_truth_a1       PAV with a PRM of the same size fitted on the step checker's own labels
                      (`train_prm --kinds=truth`, 16,384 completions): the best a learned PRM of
                      this size reaches here, so a PAV row between it and the oracle says how much
@@ -219,6 +221,7 @@ def variants(root: str = "runs/sweeps") -> dict:
   return {
       "pav_bok4_a1": pav("pav", 1.0),
       "pav_bok4_a2": pav("pav", 2.0),
+      "pav_g8": dict(pav("pav", 1.0), **G8),
       "pav_truth_a1": pav("truth", 1.0),
       "prime_ratio": {"rl.process_reward": "prime", "rl.process.prm_lr": 2 * POLICY_LR,
                       "rl.process.norm": "batch"},
@@ -260,6 +263,7 @@ def variants(root: str = "runs/sweeps") -> dict:
 FAMILIES = {
     "pav_bok4_a1": ("process reward", "oracle_prm"),
     "pav_bok4_a2": ("process reward", "oracle_prm"),
+    "pav_g8": ("process reward", None),
     "pav_truth_a1": ("process reward", "oracle_prm"),
     "prime_ratio": ("process reward", "oracle_prm"),
     "echo_measured": ("rollout engine", "oracle_treepo"),
