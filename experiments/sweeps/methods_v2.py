@@ -115,7 +115,7 @@ The family's best at G = 8's rollout tokens (256 rows a step; baseline `grpo_g8_
   grpo_g8_pool       GRPO G = 8 on the pool.
   knapsack_g8_pool   knapsack_buf16 at 256 rows a step: a prompt without an estimate gets their
                      mean, 8 (the reference's N), cap 32.
-  insight_g8_pool    insight_pool with G = 8 rows for each of its 32 prompts (not run yet).
+  insight_g8_pool    insight_pool with G = 8 rows for each of its 32 prompts.
 
 The combined recipe (baseline `grpo_g4_pool`; no oracle):
   recipe_knapsack_pav  `knapsack_buf16` with `pav_bok4_a1`'s process reward on the pool: the
