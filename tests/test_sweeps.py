@@ -103,8 +103,11 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
       assert requests_lib.batch_rows(config) == 96
       continue
     if run["name"].startswith(("latr_g8", "latr_p64", "grpo_p64", "recipe_latr_pav", "grpo_g8_pool",
-                               "knapsack_g8_pool", "insight_g8_pool", "pav_g8")):  # 8 x 32, 4 x 64
+                               "knapsack_g8_pool", "insight_g8_pool", "pav_g8", "oracle_v05_g8",
+                               "v05_v0_g8")):  # 8 x 32, 4 x 64; V0.5: 8 x 24 first, 64 left
       assert requests_lib.batch_rows(config) == 256
+      if config.rl.advantage == "v05":
+        assert config.rl.prompts_per_step * config.rl.group_size == 192
       continue
     assert requests_lib.batch_rows(config) == 128, run["name"]  # G = 4's rows a step
     if config.rl.advantage == "v05":  # its extra rounds draw on the rows the first one leaves
@@ -124,6 +127,9 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
   assert v["insight_g8_pool"] == {**v["insight_pool"], **g8, "rl.max_group_size": 8}
   assert v["grpo_g8_pool"] == {**v["grpo_g4_pool"], **g8}
   assert v["pav_g8"] == {**v["pav_bok4_a1"], **g8}  # PAV's best at G = 8's rows
+  for name in ("oracle_v05_g8", "v05_v0_g8"):  # V0.5 and its oracle at twice the rows
+    assert v[name] == {**v[name.replace("_g8", "_eq")], **g8, "rl.rows": 256}
+  assert methods_v2.FAMILIES["v05_v0_g8"] == ("value prior", "oracle_v05_g8", "grpo_g8")
   assert methods_v2.FAMILIES["knapsack_g8_pool"][2] == "grpo_g8_pool"
   assert v["pav_truth_a1"]["rl.process.prm_dir"] == os.path.join(
       str(tmp_path), "methods_v2", "_prm", "truth", "truth")

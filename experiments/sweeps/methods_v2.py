@@ -134,6 +134,9 @@ Value prior (oracle: `oracle_v05_eq`, V0.5 with the Monte Carlo prior):
                      prompts x 4 (96 rows), and the extra rounds of prompts that reject the prior
                      (doubling to 16) draw on the 32 rows the batch has left (`rl.rows` 128);
                      unused rows are not spent, so its rollout tokens are at most G = 4's.
+  v05_v0_g8          v05_v0_eq at G = 8's rows (`oracle_v05_g8` its oracle, the Monte Carlo
+                     prior): 24 prompts x 8 (192 rows) first, the extra rounds (doubling to 16)
+                     from the 64 rows left of 256; read against ground_v2's grpo_g8.
   grpo_g4_b24        GRPO G = 4 at V0.5's first round alone (24 prompts, 96 rows a step): the
                      ablation that separates the fewer prompts from V0.5's fused baseline.
 """
@@ -196,6 +199,9 @@ G8 = {"rl.group_size": 8}
 # use are not spent, so V0.5's rollout tokens are at most G = 4's.
 V05_EQUAL_ROWS = {"rl.advantage": "v05", "rl.prompts_per_step": 24, "rl.rows": 128,
                   "rl.max_group_size": 16, "rl.v05.n_max": 16}
+# V0.5 inside G = 8's 256 rows, in the same proportions: 24 prompts x 8 (192 rows) first, the
+# extra rounds (doubling to 16) from the 64 left.
+V05_G8_ROWS = dict(V05_EQUAL_ROWS, **G8, **{"rl.rows": 256})
 
 # How each PRM is trained (`experiments.train_prm` flags), from the shared SFT policy.
 PRMS = {
@@ -247,6 +253,9 @@ def variants(root: str = "runs/sweeps") -> dict:
       # V0.5 at G = 4's rows: its oracle (the Monte Carlo prior) and V0's learned prior.
       "oracle_v05_eq": dict(V05_EQUAL_ROWS, **{"rl.v05.prior": "oracle"}),
       "v05_v0_eq": dict(V05_EQUAL_ROWS, **{"rl.v05.prior": "v0"}),
+      # The family at G = 8's rows, its oracle with it (read against ground_v2's grpo_g8).
+      "oracle_v05_g8": dict(V05_G8_ROWS, **{"rl.v05.prior": "oracle"}),
+      "v05_v0_g8": dict(V05_G8_ROWS, **{"rl.v05.prior": "v0"}),
       # V0.5's first round alone: GRPO G = 4 at 24 prompts a step (96 rows), no prior, no extra
       # rounds (the ablation that separates the fewer prompts from the fused baseline).
       "grpo_g4_b24": {"rl.prompts_per_step": 24},
@@ -276,12 +285,13 @@ FAMILIES = {
     "knapsack_g8_pool": ("allocation", None, "grpo_g8_pool"),
     "insight_g8_pool": ("data selection", None, "grpo_g8_pool"),
     "v05_v0_eq": ("value prior", "oracle_v05_eq"),
+    "v05_v0_g8": ("value prior", "oracle_v05_g8", "grpo_g8"),
     "recipe_knapsack_pav": ("recipe", None, "grpo_g4_pool"),
     "recipe_latr_pav": ("recipe", None),
 }
 # The families' own baselines and oracles among the variants (not methods).
 FAMILY_BASELINES = ("grpo_g4_pool", "grpo_g4_b24", "grpo_p64", "grpo_g8_pool")
-FAMILY_ORACLES = ("oracle_knapsack_pool", "oracle_v05_eq")
+FAMILY_ORACLES = ("oracle_knapsack_pool", "oracle_v05_eq", "oracle_v05_g8")
 # ground_v2's runs every table reads beside these: the baseline, G = 8 (the tokens target) and
 # the oracles.
 GROUND = ("grpo_g4", "grpo_g8", "oracle_prm", "oracle_treepo")
