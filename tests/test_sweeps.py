@@ -102,6 +102,9 @@ def test_methods_v2_presets_apply_to_ladder2_at_g4_budget_from_ground_v2s_sft(tm
     if run["name"].startswith("grpo_g4_b24"):  # V0.5's first round alone: 24 x 4 rows
       assert requests_lib.batch_rows(config) == 96
       continue
+    if run["name"].startswith("grpo_g8_b24"):  # and at G = 8's rows: 24 x 8
+      assert requests_lib.batch_rows(config) == 192
+      continue
     if run["name"].startswith(("latr_g8", "latr_p64", "grpo_p64", "recipe_latr_pav", "grpo_g8_pool",
                                "knapsack_g8_pool", "insight_g8_pool", "pav_g8", "oracle_v05_g8",
                                "v05_v0_g8")):  # 8 x 32, 4 x 64; V0.5: 8 x 24 first, 64 left

@@ -139,6 +139,8 @@ Value prior (oracle: `oracle_v05_eq`, V0.5 with the Monte Carlo prior):
                      from the 64 rows left of 256; read against ground_v2's grpo_g8.
   grpo_g4_b24        GRPO G = 4 at V0.5's first round alone (24 prompts, 96 rows a step): the
                      ablation that separates the fewer prompts from V0.5's fused baseline.
+  grpo_g8_b24        The same ablation at G = 8's rows: 24 prompts x 8 (192 rows a step), V0.5
+                     at G = 8's rows' first round alone.
 """
 
 from __future__ import annotations
@@ -259,6 +261,7 @@ def variants(root: str = "runs/sweeps") -> dict:
       # V0.5's first round alone: GRPO G = 4 at 24 prompts a step (96 rows), no prior, no extra
       # rounds (the ablation that separates the fewer prompts from the fused baseline).
       "grpo_g4_b24": {"rl.prompts_per_step": 24},
+      "grpo_g8_b24": {"rl.prompts_per_step": 24, **G8},  # the same at G = 8's rows: 24 x 8
       # The combined recipe: the best allocator on the dev screen with the best process reward.
       "recipe_knapsack_pav": dict(
           RAGGED, **presets_knapsack(), **pav("pav", 1.0)),
@@ -290,7 +293,7 @@ FAMILIES = {
     "recipe_latr_pav": ("recipe", None),
 }
 # The families' own baselines and oracles among the variants (not methods).
-FAMILY_BASELINES = ("grpo_g4_pool", "grpo_g4_b24", "grpo_p64", "grpo_g8_pool")
+FAMILY_BASELINES = ("grpo_g4_pool", "grpo_g4_b24", "grpo_p64", "grpo_g8_pool", "grpo_g8_b24")
 FAMILY_ORACLES = ("oracle_knapsack_pool", "oracle_v05_eq", "oracle_v05_g8")
 # ground_v2's runs every table reads beside these: the baseline, G = 8 (the tokens target) and
 # the oracles.
