@@ -29,8 +29,8 @@ import json
 from absl import app, flags
 
 from experiments import cli
-from experiments.report_stats import (interval, oracle_baselines, paired, parse_oracles,
-                                      recovered_share)
+from experiments.report_stats import (effect, oracle_baselines, parse_oracles, share, unit,
+                                      unit_text)
 from experiments.report_stats import json_number as _num
 
 _POOLED = ("rollout_tokens", "dev_accuracy", "rl_sampled_accuracy", "sft_accuracy",
@@ -52,6 +52,21 @@ def _pool(items: list[tuple[float, object]]):
   return values[0][1]
 
 
+def _sorted(units) -> list:
+  return sorted(units, key=lambda u: (-1 if u[0] is None else u[0], u[1]))
+
+
+def _seeds(units) -> list:
+  """Seed ids as the reports write them: ints for one SFT, 'S/R' for several draws."""
+  return [u[1] if u[0] is None else unit_text(u) for u in _sorted(units)]
+
+
+def _paired(values: dict, other: dict) -> list:
+  """[mean, 95% half-width] of values - other over their common units (`effect`)."""
+  e = effect({k: values[k] - other[k] for k in set(values) & set(other)})
+  return [_num(e["mean"]), _num(e["ci"])]
+
+
 def merge(reports: list[dict], names: list[str], baseline: str, oracle: str | None = None,
           variants=None) -> dict:
   """One report (report.py's JSON layout) from `reports` (their file names in `names`, for the
@@ -59,23 +74,25 @@ def merge(reports: list[dict], names: list[str], baseline: str, oracle: str | No
   pooled, sources, parts, reproduced = {}, {}, {}, {}
   for report, name in zip(reports, names):
     for v in report["variants"]:
-      seeds = {int(s): a for s, a in v["test_accuracy_by_seed"].items() if a is not None}
+      seeds = {unit(s): a for s, a in v["test_accuracy_by_seed"].items() if a is not None}
       have = pooled.setdefault(v["name"], {})
       shared = set(seeds) & set(have)
       for s in sorted(shared):
         if abs(seeds[s] - have[s]) > TOLERANCE:
-          raise ValueError(f"{name}: {v['name']} seed {s} has final accuracy {seeds[s]:.6f}, "
+          raise ValueError(f"{name}: {v['name']} seed {unit_text(s)} has final accuracy "
+                           f"{seeds[s]:.6f}, "
                            f"another report {have[s]:.6f}; expected the same run reproduced")
       if shared and shared != set(seeds):
-        raise ValueError(f"{name}: {v['name']} repeats seeds {sorted(shared)} and adds "
-                         f"{sorted(set(seeds) - shared)}; expected a report that repeats all "
+        raise ValueError(f"{name}: {v['name']} repeats seeds {_seeds(shared)} and adds "
+                         f"{_seeds(set(seeds) - shared)}; expected a report that repeats all "
                          "of a variant's seeds or none")
       if not shared:
         have.update(seeds)
-        sources.setdefault(v["name"], {}).update({str(s): name for s in seeds})
+        sources.setdefault(v["name"], {}).update({unit_text(s): name for s in seeds})
         parts.setdefault(v["name"], []).append((len(seeds), v))
       else:
-        reproduced.setdefault(v["name"], []).extend(f"seed {s} in {name}" for s in sorted(shared))
+        reproduced.setdefault(v["name"], []).extend(f"seed {unit_text(s)} in {name}"
+                                                    for s in _sorted(shared))
   if len(reports) > 1 and not reproduced:
     raise ValueError(f"{', '.join(names)} share no run; expected at least one run (variant "
                      "and seed) in two reports to show that they start from one SFT policy")
@@ -103,10 +120,10 @@ def merge(reports: list[dict], names: list[str], baseline: str, oracle: str | No
   out = []
   for name in keep:
     by_seed = pooled[name]
-    mean, half = interval(list(by_seed.values()))
-    obj = dict(name=name, seeds=len(by_seed), seed_ids=sorted(by_seed),
-               test_accuracy=_num(mean), test_accuracy_ci95=_num(half),
-               test_accuracy_by_seed={str(s): by_seed[s] for s in sorted(by_seed)},
+    level = effect(by_seed)  # the SFT draws as replicates where the reports hold several
+    obj = dict(name=name, seeds=len(by_seed), seed_ids=_seeds(by_seed),
+               test_accuracy=_num(level["mean"]), test_accuracy_ci95=_num(level["ci"]),
+               test_accuracy_by_seed={unit_text(s): by_seed[s] for s in _sorted(by_seed)},
                sources=sources[name], reproduced=reproduced.get(name, []))
     for key in _KEPT:
       obj[key] = next((v[key] for _, v in parts[name] if key in v), None)
@@ -116,11 +133,12 @@ def merge(reports: list[dict], names: list[str], baseline: str, oracle: str | No
     obj["tokens_to_target"] = dict(mean=None, ci95=None, reached=sum(
         v.get("tokens_to_target", {}).get("reached", 0) for _, v in parts[name])
         if same_target else None)
-    obj["paired_delta"] = {o: [_num(x) for x in interval(paired(by_seed, pooled[o]))]
+    obj["paired_delta"] = {o: _paired(by_seed, pooled[o])
                            for o in pooled if o != name and set(by_seed) & set(pooled[o])}
     if name in oracles:
-      rec = recovered_share(by_seed, pooled[oracles[name]], pooled[bases[name]])
-      rec.update(baseline=bases[name], share=_num(rec["share"]), ci95=_num(rec["ci95"]))
+      rec = share(by_seed, pooled[oracles[name]], pooled[bases[name]], bases[name])
+      rec.update(share=_num(rec["share"]), ci95=_num(rec["ci95"]),
+                 fieller95=[_num(x) for x in rec.pop("fieller")])
       obj.update(oracle=oracles[name], recovered_share=rec["share"],
                  recovered_share_ci95=rec["ci95"], recovered=rec)
     out.append(obj)

@@ -50,6 +50,20 @@ name, seeds, test_accuracy (mean) and test_accuracy_ci95, rollout_tokens, paired
 other variant's name -> [mean, 95% half-width] of this one minus it, per seed), and
 recovered_share with `--oracle`; `null` where a number is undefined (one seed, no shared seed).
 
+Several SFT draws: a run's SFT draw is its run_config.json's `sft.seed` (its seed where that is
+-1). When the runs hold more than one draw, a run's unit is (draw, seed), differences pair
+within a unit, and every interval treats the draw as a random effect
+(`report_stats.effect`: the draws' means are the replicates, S - 1 degrees of freedom);
+recovered shares are taken over the draws' means, with Fieller's interval beside the delta
+method's (`fieller95` in the JSON). JSON keys of such units read 'S/R'.
+
+`--prereg=FILE` (a pre-registration, experiments/prereg.py) puts the registered comparisons
+first (`report_registered`): each declared comparison's estimate, 95% and Bonferroni-corrected
+intervals, one-sided and Holm-adjusted p-values, the sign test beside "higher on N of M", the
+declared shares (Fieller) and what each mechanism did, on the SFT draws whose every registered
+run finished; the registration's commit and, with `--launches`, the runs' commits and first
+start. Everything else in the report is exploratory. The JSON gains `registered`.
+
 With `--ladder` (runs of configs/ladder.py) the report adds the proving ground's gate: per run,
 SFT and RL greedy accuracy, the gain, the SFT success-rate shares (below 0.1, in [0.1, 0.9], above
 0.9) and the step error rate; the 3-seed standard deviation of the final accuracy; a verdict per
@@ -71,9 +85,11 @@ from absl import app, flags
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from experiments.report_stats import (interval, oracle_baselines, paired, parse_oracles,
-                                      recovered_share)
+from experiments import prereg as prereg_lib
+from experiments.report_stats import (effect, interval, oracle_baselines, parse_oracles, share,
+                                      unit_text)
 from experiments.report_stats import json_number as _num
+from experiments.report_registered import registered, registered_markdown
 from rl_jax.metrics import read_metrics
 
 _WORKDIRS = flags.DEFINE_multi_string("workdirs", None, "Glob(s) of run work dirs.")
@@ -101,6 +117,14 @@ _SPLIT = flags.DEFINE_enum("split", "auto", list(SPLITS), "Which final accuracy 
                            "tables read: 'dev' to choose settings, 'test' for result tables; "
                            "'auto' reads test when every run has it, else dev.")
 
+_PREREG = flags.DEFINE_string("prereg", None, "A pre-registration file (experiments/"
+                              "preregistrations/): judge its declared comparisons (Holm-adjusted, "
+                              "the SFT draw as a random effect); every other difference is "
+                              "marked exploratory.")
+_LAUNCHES = flags.DEFINE_string("launches", None, "The sweep's launch ledger (launches.jsonl): "
+                                "the commits and start times of its runs, printed beside the "
+                                "registration's commit.")
+
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
 # (column title, key of the per-run record, format)
 COLUMNS = (("greedy acc", "rl_accuracy", "{:.3f}"),
@@ -127,10 +151,31 @@ def load_run(workdir: str) -> dict:
     curve.append((rl[-1]["step"], float(tokens[-1]), float(seconds[-1]), summary["rl_accuracy"]))
   name = os.path.basename(os.path.normpath(workdir))
   return dict({k: summary.get(k, float("nan")) for _, k, _ in COLUMNS}, name=name,
+              sft=sft_draw(workdir, summary.get("seed")), workdir=workdir,
               rl_test_accuracy=summary.get("rl_test_accuracy", float("nan")),
               zero_adv_share=zero_adv_share(rl),
               variant=_SEED_SUFFIX.sub("", name), seed=summary.get("seed"),
               rollout_tokens=float(tokens[-1]) if len(tokens) else 0.0, curve=curve)
+
+
+def sft_draw(workdir: str, seed) -> int | None:
+  """The run's SFT draw from its run_config.json: `sft.seed`, or the training seed where that is
+  -1 (one SFT per seed); None without a recorded config (one unnamed SFT)."""
+  path = os.path.join(workdir, "run_config.json")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    sft = json.load(f).get("sft", {}).get("seed", -1)
+  return int(sft) if sft is not None and sft >= 0 else seed
+
+
+def unit_of(run: dict, several_sfts: bool):
+  """A run's unit of pairing: its seed, or (SFT draw, seed) when the runs hold several draws."""
+  return (run["sft"], run["seed"]) if several_sfts else run["seed"]
+
+
+def several_sfts(runs: list[dict]) -> bool:
+  return len({r.get("sft") for r in runs}) > 1
 
 
 def zero_adv_share(rl_records: list[dict]) -> float:
@@ -224,34 +269,51 @@ def efficiency(runs: list[dict], baseline: str | None = None, target: float | No
   key = accuracy_key(runs, split)
   oracles = parse_oracles(oracle, groups, baseline)
   bases = oracle_baselines(oracle, groups, baseline)
-  finals = {v: {r["seed"]: r[key] for r in group} for v, group in groups.items()}
-  base_final = {r["seed"]: r["rl_accuracy"] for r in groups[baseline]}  # The dev curve's target.
+  multi = several_sfts(runs)
+  finals = {v: {unit_of(r, multi): r[key] for r in group} for v, group in groups.items()}
+  # The dev curve's target: the baseline's final of the same unit (SFT draw and seed).
+  base_final = {unit_of(r, multi): r["rl_accuracy"] for r in groups[baseline]}
   mean_final = float(np.mean(list(base_final.values())))
 
   def run_target(run: dict) -> float:  # Paired by default: the same seed's baseline final.
-    return target if target is not None else base_final.get(run["seed"], mean_final)
+    return target if target is not None else base_final.get(unit_of(run, multi), mean_final)
 
   max_tokens = min(r["curve"][-1][1] for r in runs)
   nan2 = (float("nan"), float("nan"))
   out = {}
   for variant, group in groups.items():
     reach = [tokens_to_target(r["curve"], run_target(r)) for r in group]
-    deltas = {other: interval(paired(finals[variant], finals[other]))
-              for other in groups if other != variant and set(finals[variant]) & set(finals[other])}
+    effects = {other: paired_effect(finals[variant], finals[other])
+               for other in groups if other != variant and set(finals[variant]) & set(finals[other])}
+    deltas = {other: (e["mean"], e["ci"]) for other, e in effects.items()}
     out[variant] = dict(
         seeds=len(group), seed_ids=sorted(finals[variant]), by_seed=finals[variant],
-        final=interval([r[key] for r in group]),
-        dev_final=interval([r["rl_accuracy"] for r in group]),
+        sfts=len({r.get("sft") for r in group}),
+        final=_level(finals[variant]),
+        dev_final=_level({unit_of(r, multi): r["rl_accuracy"] for r in group}),
         delta=deltas.get(baseline, nan2), paired_delta=deltas,
-        recovered=(dict(recovered_share(finals[variant], finals[oracles[variant]],
-                                        finals[bases[variant]]), baseline=bases[variant])
-                   if variant in oracles else None),
+        baseline_effect=effects.get(baseline),
+        recovered=(share(finals[variant], finals[oracles[variant]], finals[bases[variant]],
+                         bases[variant]) if variant in oracles else None),
         reached=sum(np.isfinite(reach)),
         to_target=interval(reach) if all(np.isfinite(reach)) else nan2,
         auc=interval([auc(r["curve"], max_tokens) for r in group]) if max_tokens > 0 else nan2,
         means={k: float(np.mean([r.get(k, np.nan) for r in group])) for _, k, _ in COLUMNS})
   return dict(variants=out, baseline=baseline, target=target, baseline_final=mean_final,
               auc_tokens=max_tokens, accuracy_key=key, oracles=oracles)
+
+
+def paired_effect(values: dict, other: dict) -> dict:
+  """`report_stats.effect` of values - other over the units both hold (the SFT draw a random
+  effect where the units name several)."""
+  return effect({k: values[k] - other[k] for k in set(values) & set(other)})
+
+
+def _level(values: dict) -> tuple[float, float]:
+  """(mean, 95% half-width) of a variant's finals over its units (SFT draws as replicates when
+  there are several)."""
+  e = effect(values)
+  return e["mean"], e["ci"]
 
 
 def _share_cell(v: dict, oracle: str, name_it: bool, baseline: str) -> str:
@@ -323,7 +385,8 @@ def json_report(runs: list[dict], baseline: str | None = None, target: float | N
         name=name, seeds=v["seeds"], seed_ids=v["seed_ids"],
         test_accuracy=_num(v["final"][0]), test_accuracy_ci95=_num(v["final"][1]),
         test_accuracy_key=eff["accuracy_key"],
-        test_accuracy_by_seed={str(s): _num(a) for s, a in sorted(v["by_seed"].items())},
+        test_accuracy_by_seed={unit_text(s): _num(a) for s, a in sorted(v["by_seed"].items())},
+        sfts=v["sfts"],
         dev_accuracy=_num(v["dev_final"][0]), dev_accuracy_ci95=_num(v["dev_final"][1]),
         rollout_tokens=_num(v["means"]["rollout_tokens"]),
         paired_delta={o: [_num(m), _num(h)] for o, (m, h) in v["paired_delta"].items()},
@@ -336,7 +399,8 @@ def json_report(runs: list[dict], baseline: str | None = None, target: float | N
       rec = v["recovered"]
       obj["recovered_share"] = dict(oracle=eff["oracles"][name], baseline=rec["baseline"],
                                     share=_num(rec["share"]), ci95=_num(rec["ci95"]),
-                                    seeds=rec["seeds"], resolved=rec["resolved"])
+                                    seeds=rec["seeds"], resolved=rec["resolved"],
+                                    fieller95=[_num(x) for x in rec["fieller"]])
     variants.append(obj)
   return dict(baseline=eff["baseline"], test_accuracy_key=eff["accuracy_key"],
               target=_num(eff["target"]), auc_tokens=_num(eff["auc_tokens"]), variants=variants)
@@ -471,6 +535,13 @@ def main(argv):
     text += "\n" + ladder_tables(dirs)
   if _CALIBRATION.value:
     text += "\n" + (calibration_table(dirs) or "No V0 calibration metrics in these runs.\n")
+  judged = None
+  if _PREREG.value:
+    reg = prereg_lib.load(_PREREG.value)
+    judged = registered(runs, reg, accuracy_key(runs, _SPLIT.value), _PREREG.value,
+                        _LAUNCHES.value)
+    text = (registered_markdown(judged) + "\n## Every variant (exploratory beyond the registered "
+            "comparisons above)\n\n" + text)
   os.makedirs(os.path.dirname(os.path.abspath(_OUT.value)), exist_ok=True)
   with open(_OUT.value, "w") as f:
     f.write(text)
@@ -479,8 +550,10 @@ def main(argv):
   if _JSON.value:
     os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
     with open(_JSON.value, "w") as f:
-      json.dump(json_report(runs, _BASELINE.value, _TARGET.value, _ORACLE.value, _SPLIT.value),
-                f, indent=1, allow_nan=False)
+      data = json_report(runs, _BASELINE.value, _TARGET.value, _ORACLE.value, _SPLIT.value)
+      if judged is not None:
+        data["registered"] = judged
+      json.dump(data, f, indent=1, allow_nan=False)
       f.write("\n")
   print(text)
 

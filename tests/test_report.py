@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from absl import flags
 
-from experiments import report
+from experiments import report, report_stats
 
 
 def _run(name, seed, curve, final=None):
@@ -203,7 +203,7 @@ def test_curves_keep_every_evaluation(tmp_path):
 
 def test_recovered_share_delta_method():
   base = dict(enumerate(TEST_FINALS["grpo"]))
-  rec = report.recovered_share(dict(enumerate(TEST_FINALS["pav"])),
+  rec = report_stats.recovered_share(dict(enumerate(TEST_FINALS["pav"])),
                                dict(enumerate(TEST_FINALS["oracle_prm"])), base)
   # R = mean(pav - grpo) / mean(oracle - grpo) = 0.05 / 0.10 = 0.5. Residuals d_m - R d_o:
   # 0.06 - 0.05, 0.06 - 0.06, 0.03 - 0.04 = 0.01, 0, -0.01, sd 0.01; half-width
@@ -214,18 +214,18 @@ def test_recovered_share_delta_method():
   assert rec["seeds"] == 3 and rec["resolved"]
   # The weak oracle gains 0.02, -0.02, 0.01: mean 0.00333, sd 0.02082, lower end
   # 0.00333 - 4.303 * 0.02082 / sqrt(3) < 0, so the share 0.05 / 0.00333 = 15 has no interval.
-  weak = report.recovered_share(dict(enumerate(TEST_FINALS["pav"])),
+  weak = report_stats.recovered_share(dict(enumerate(TEST_FINALS["pav"])),
                                 dict(enumerate(TEST_FINALS["weak_oracle"])), base)
   assert weak["share"] == pytest.approx(15.0) and math.isinf(weak["ci95"])
   assert not weak["resolved"]
   # Only the seeds all three ran count: without seed 2, R = 0.06 / 0.11.
-  two = report.recovered_share({0: 0.56, 1: 0.58}, dict(enumerate(TEST_FINALS["oracle_prm"])),
+  two = report_stats.recovered_share({0: 0.56, 1: 0.58}, dict(enumerate(TEST_FINALS["oracle_prm"])),
                                base)
   assert two["seeds"] == 2 and two["share"] == pytest.approx(0.06 / 0.11)
-  one = report.recovered_share({0: 0.56}, {0: 0.60}, {0: 0.50})
+  one = report_stats.recovered_share({0: 0.56}, {0: 0.60}, {0: 0.50})
   assert one["share"] == pytest.approx(0.6) and math.isnan(one["ci95"])
-  assert math.isnan(report.recovered_share({}, {0: 0.6}, {0: 0.5})["share"])
-  assert math.isnan(report.recovered_share({0: 0.6}, {0: 0.5}, {0: 0.5})["share"])  # no gain
+  assert math.isnan(report_stats.recovered_share({}, {0: 0.6}, {0: 0.5})["share"])
+  assert math.isnan(report_stats.recovered_share({0: 0.6}, {0: 0.5}, {0: 0.5})["share"])  # no gain
 
 
 def test_parse_oracles():
@@ -313,7 +313,12 @@ def test_json_report(tmp_path):
   assert pav["recovered_share"] == dict(oracle="oracle_prm", baseline="grpo",
                                         share=pytest.approx(0.5), ci95=pytest.approx(0.24843,
                                                                                     abs=1e-5),
-                                        seeds=3, resolved=True)
+                                        seeds=3, resolved=True,
+                                        fieller95=[pytest.approx(0.1203, abs=1e-4),
+                                                   pytest.approx(0.7158, abs=1e-4)])
+  # Fieller: a = 0.05, b = 0.10, v_aa = 1e-4, v_bb = 1.3333e-4, v_ab = 1e-4 (sample moments / 3),
+  # t^2 = 18.5158: R^2 (0.01 - t^2 v_bb) - 2 R (0.005 - t^2 v_ab) + (0.0025 - t^2 v_aa) = 0 has
+  # roots (0.0062968 -+ 0.0044851) / 0.0150624 = 0.1203, 0.7158 (not symmetric about 0.5).
   # weak_oracle - grpo = 0.02, -0.02, 0.01 (mean 0.00333): share 0.0333 of oracle_prm's gain.
   assert by["weak_oracle"]["recovered_share"]["share"] == pytest.approx(0.1 / 3)
   assert "recovered_share" not in by["grpo"] and "recovered_share" not in by["oracle_prm"]
