@@ -1,4 +1,4 @@
-"""PAV: prover values Q^μ(prefix) from Monte Carlo outcomes of step prefixes (ALGORITHMS.md §5.1).
+"""PAV: prover values Q^μ(prefix) from Monte Carlo outcomes of step prefixes (docs/algorithms.md §5.1).
 
 Labels for training a PAV (`value.prm.model`) come from either source:
 
