@@ -4,11 +4,13 @@
 pages (anchors included) resolves. (b) Every `docs/<page>.md` named in the code, tests, notebooks
 and root Markdown files exists, and a section it names (` §N`, ` §N.M` or `#anchor`) is a heading
 of that page. (c) No file outside docs/ cites the design files that used to live outside the
-repository (their names are built below, so this file does not contain them).
+repository (their names are built below, so this file does not contain them). (d) The AOT table
+of docs/scaling.md is the one `experiments.aot_table` generates from experiments/aot_results/.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import subprocess
@@ -16,6 +18,8 @@ import sys
 
 from markdown.extensions import toc
 import pytest
+
+from experiments import aot_table
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCANNED_DIRS = ("rl_jax", "kernels", "experiments", "benchmarks", "tests", "colab")
@@ -100,7 +104,8 @@ def test_heading_helpers_on_examples():
 def test_mkdocs_builds_strict(tmp_path):
   result = subprocess.run(
       [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-      cwd=ROOT, capture_output=True, text=True, timeout=600)
+      cwd=ROOT, capture_output=True, text=True, timeout=600,
+      env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
   assert result.returncode == 0, result.stdout + result.stderr
   assert (tmp_path / "site" / "index.html").is_file()
 
@@ -136,3 +141,31 @@ def test_no_citation_of_files_outside_the_repository(stem):
       lines = [i for i, line in enumerate(text.splitlines(), 1) if name in line]
       citing.append(f"{rel}: lines {lines}")
   assert not citing, f"{name} is cited outside docs/:\n" + "\n".join(citing)
+
+
+def test_aot_table_is_generated_from_the_results():
+  page = aot_table.PAGE.read_text(encoding="utf-8")
+  assert aot_table.rewrite(page, aot_table.table()) == page, (
+      "docs/scaling.md's AOT table differs from experiments/aot_results/; run "
+      "python -m experiments.aot_table")
+  # Every results file has its rows in the table, each phase line once.
+  for path in sorted(aot_table.RESULTS_DIR.glob("*.jsonl")):
+    phases = [line for line in path.read_text().splitlines() if '"phase": "setup"' not in line
+              and line.strip()]
+    assert page.count(f"| `{path.name}` |") == len(phases), path.name
+
+
+def test_aot_table_rows_follow_the_data(tmp_path):
+  (tmp_path / "m_v5e-8.jsonl").write_text(
+      '{"phase": "setup", "topology": "v5e:2x4", "mesh": {"data": 1, "fsdp": 8, "tensor": 1}, '
+      '"params": 1500000000, "dtype": "bfloat16", "param_dtype": "float32", '
+      '"num_minibatches": 16}\n'
+      '{"phase": "generate", "fits": true, "per_device_total_bytes": 5000000000, '
+      '"hbm_bytes": 16000000000, "roofline_seconds": 2.5}\n'
+      '{"phase": "rl_step", "fits": false, "error": "RESOURCE_EXHAUSTED: Ran out of memory"}\n')
+  lines = aot_table.table(tmp_path).splitlines()
+  assert lines[2] == ("| `m_v5e-8.jsonl` | v5e:2x4 | (1, 8, 1) | 1.50 B | bfloat16 / float32 | 16 "
+                      "| generate | yes | 5.00 (of 16.0) | 2.50 |")
+  assert "| rl_step | no: does not compile (RESOURCE_EXHAUSTED) | - | - |" in lines[3]
+  with pytest.raises(ValueError, match="markers"):
+    aot_table.rewrite("no markers here", "table")
