@@ -24,10 +24,18 @@ from experiments import aot_table
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCANNED_DIRS = ("rl_jax", "kernels", "experiments", "benchmarks", "tests", "colab")
 SCANNED_SUFFIXES = (".py", ".md", ".ipynb", ".json", ".yml", ".yaml", ".toml", ".cfg", ".txt", "")
-# `docs/<path>.md`, then an optional section: ` §5`, ` §5.1` or `#anchor`. A `docs/` inside a
-# longer path or URL (`.../blob/main/docs/x.md`) is someone else's and is not matched.
+# `docs/<path>.md`, then optional sections (` §5`, ` §5.1`, a list or range such as
+# ` §3.0, §3.2-§3.4`) or `#anchor`. A `docs/` inside a longer path or URL
+# (`.../blob/main/docs/x.md`) is someone else's and is not matched.
+_SECTION = r"§\d+(?:\.\d+)?"
 _REFERENCE = re.compile(
-    r"(?<![\w/.-])docs/(?P<page>[\w./-]+?\.md)(?:(?: §(?P<number>\d+(?:\.\d+)?))|#(?P<anchor>[\w-]+))?")
+    r"(?<![\w/.-])docs/(?P<page>[\w./-]+?\.md)"
+    rf"(?:(?P<sections> {_SECTION}(?:(?:, ?|-|–| ?/ ?){_SECTION})*)|#(?P<anchor>[\w-]+))?")
+
+
+def section_numbers(match: re.Match) -> list[str]:
+  """The section numbers a reference names (`['3.0', '3.2', '3.4']`), [] for none."""
+  return re.findall(r"§(\d+(?:\.\d+)?)", match["sections"] or "")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
@@ -71,8 +79,9 @@ def heading_anchor(heading: str) -> str:
   return toc.slugify(text, "-")
 
 
-def references() -> list[tuple[str, str, str | None, str | None]]:
-  """(where, page, number, anchor) for every `docs/<page>.md` reference in the scanned files."""
+def references() -> list[tuple[str, str, list[str], str | None]]:
+  """(where, page, section numbers, anchor) for every `docs/<page>.md` reference in the scanned
+  files."""
   files = [p for p in _tracked_files()
            if (p.relative_to(ROOT).parts[0] in SCANNED_DIRS and p.suffix in SCANNED_SUFFIXES)
            or (p.parent == ROOT and p.suffix == ".md")]
@@ -83,7 +92,8 @@ def references() -> list[tuple[str, str, str | None, str | None]]:
       continue
     for lineno, line in enumerate(text.splitlines(), 1):
       for m in _REFERENCE.finditer(line):
-        found.append((f"{path.relative_to(ROOT)}:{lineno}", m["page"], m["number"], m["anchor"]))
+        found.append((f"{path.relative_to(ROOT)}:{lineno}", m["page"], section_numbers(m),
+                      m["anchor"]))
   return found
 
 
@@ -95,8 +105,12 @@ def test_heading_helpers_on_examples():
   assert not heading_has_number("5.1 PAV", "5")
   assert not heading_has_number("5.10 X", "5.1")
   assert heading_anchor("5.1 PAV `x`") == "51-pav-x"
-  assert _REFERENCE.search("see docs/design.md §7.").group("page", "number") == ("design.md", "7")
-  assert _REFERENCE.search("(docs/algorithms.md §5.1)")["number"] == "5.1"
+  m = _REFERENCE.search("see docs/design.md §7.")
+  assert (m["page"], section_numbers(m)) == ("design.md", ["7"])
+  assert section_numbers(_REFERENCE.search("(docs/algorithms.md §5.1)")) == ["5.1"]
+  assert section_numbers(_REFERENCE.search("docs/algorithms.md §3.0, §3.2-§3.4.")) == [
+      "3.0", "3.2", "3.4"]
+  assert section_numbers(_REFERENCE.search("docs/algorithms.md has no rule")) == []
   assert _REFERENCE.search("docs/quickstart.md#resume")["anchor"] == "resume"
   assert _REFERENCE.search("github.com/o/r/blob/main/docs/x.md") is None
 
@@ -115,14 +129,15 @@ def test_docs_references_name_existing_pages_and_headings():
   # The code cites the design and algorithms pages by section; a scan that finds none is broken.
   assert len(refs) > 50, refs
   problems = []
-  for where, page, number, anchor in refs:
+  for where, page, numbers, anchor in refs:
     path = ROOT / "docs" / page
     if not path.is_file():
       problems.append(f"{where}: docs/{page} does not exist")
       continue
     page_headings = headings(path.read_text(encoding="utf-8"))
-    if number and not any(heading_has_number(h, number) for h in page_headings):
-      problems.append(f"{where}: docs/{page} has no heading numbered {number}")
+    for number in numbers:
+      if not any(heading_has_number(h, number) for h in page_headings):
+        problems.append(f"{where}: docs/{page} has no heading numbered {number}")
     if anchor and anchor not in {heading_anchor(h) for h in page_headings}:
       problems.append(f"{where}: docs/{page} has no heading with anchor #{anchor}")
   assert not problems, "\n".join(problems)
