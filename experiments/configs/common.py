@@ -160,11 +160,11 @@ def base() -> ml_collections.ConfigDict:
       # Rollout history (rl_jax/value/history.py): a rollout succeeds when its first reward
       # component exceeds success_threshold.
       success_threshold=0.5,
-      # V0.5 (rl_jax/rl/advantages/v05.py, docs/algorithms.md §4.2, reconstructed [R]): advantage='v05'.
-      # prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0' | 'oracle', the last
-      # Monte Carlo rates of the current policy: value.oracle); n0 = group_size rollouts first;
-      # the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial' exact tail) at
-      # level alpha; rejected prompts get their group doubled up to n_max rows
+      # V0.5 (rl_jax/rl/advantages/v05.py, docs/algorithms.md §4.2, reconstructed [R]):
+      # advantage='v05'. prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0' |
+      # 'oracle', the last Monte Carlo rates of the current policy: value.oracle); n0 = group_size
+      # rollouts first; the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial'
+      # exact tail) at level alpha; rejected prompts get their group doubled up to n_max rows
       # (extra rounds, within max_gen_rounds and the batch's rows); fusion 'variance' (w =
       # Var/(Var+sigma0_sq)) or 'beta' (pseudo-count κ = p0(1-p0)/sigma0_sq - 1); sigma0_sq > 0
       # overrides the prior's own error variance; scale_by_std: A = (r - b)/std as GRPO.
@@ -190,8 +190,8 @@ def base() -> ml_collections.ConfigDict:
       eptree=ml_collections.ConfigDict(dict(num_chains=6, forks_per_round=2, rounds=1,
                                             branches=2, min_tokens_left=0,
                                             min_prefix_fraction=0.0)),
-      # Process rewards (rl_jax/value/prm/process.py; docs/algorithms.md §5): 'none' | 'pav' | 'prime' |
-      # 'oprl'. Steps end at tokens holding `delimiter` (or at `step_token_ids`), at most
+      # Process rewards (rl_jax/value/prm/process.py; docs/algorithms.md §5): 'none' | 'pav' |
+      # 'prime' | 'oprl'. Steps end at tokens holding `delimiter` (or at `step_token_ids`), at most
       # `max_steps` per completion. pav: a PRM saved by experiments.train_prm in `prm_dir` and
       # alpha (required, no default: nan = unset), added to the outcome advantage x progress.
       # prime / oprl: an implicit PRM from the SFT policy, beta (0.05), AdamW prm_lr (1e-6) with
@@ -209,8 +209,8 @@ def base() -> ml_collections.ConfigDict:
       # first newline token: forks at the task's step boundaries; segment_len unused).
       treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2,
                                             segment="fixed")),
-      # APRIL partial rollouts (rl_jax/rollout/april.py, docs/algorithms.md §7): launch `groups` groups
-      # per step (0 = 2 x prompts_per_step), stop decoding once prompts_per_step of them are
+      # APRIL partial rollouts (rl_jax/rollout/april.py, docs/algorithms.md §7): launch `groups`
+      # groups per step (0 = 2 x prompts_per_step), stop decoding once prompts_per_step of them are
       # complete, carry the rest (tokens, log-probs, per-token policy versions) into the next
       # step. Needs tis_cap > 0 (the off-policy correction), rollout='iid', dense groups.
       # recycle_finished=False drops the surplus groups that complete with the target (slime).

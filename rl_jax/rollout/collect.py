@@ -1,4 +1,4 @@
-"""The collection loop of one RL step (docs/design.md §7): planner -> engine -> round rules -> batch.
+"""One RL step's collection loop (docs/design.md §7): planner -> engine -> round rules -> batch.
 
 `rollout(ctx)` is the RL phase's call: `collect(draw, config, ...)` with the fresh rounds of the
 planner and engine (`fresh_round`) and the extension rounds a rule asks for (`extend_round`).

@@ -1,5 +1,5 @@
-"""ECHO's entropy-confidence rules (docs/algorithms.md §3.5): per-step statistics, the branch rule and
-width, the online prune rule. Pure jnp functions over rows, used by `echo.echo_generate` and
+"""ECHO's entropy-confidence rules (docs/algorithms.md §3.5): per-step statistics, the branch rule
+and width, the online prune rule. Pure jnp functions over rows, used by `echo.echo_generate` and
 tested on hand-made numbers.
 
 Per decoding step t of a row, from the top-k (k = `top_k`, 64) next-token log-probs renormalised
