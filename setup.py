@@ -49,8 +49,10 @@ EXTRAS = {
     # nbclient/nbformat/ipykernel: tests/test_colab.py runs each notebook in a fresh kernel.
     "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "torch==2.13.0", "transformers>=5.0",
              "tokenizers>=0.21", "jinja2>=3.1.6", "jax[tpu]>=0.8", "nbclient>=0.10",
-             "nbformat>=5.10", "ipykernel>=6.29"] + DATA,
+             "nbformat>=5.10", "ipykernel>=6.29", "mkdocs>=1.6", "mkdocs-material>=9.5"] + DATA,
     "hf": HF,
+    # The docs site (mkdocs.yml, docs/): mkdocs build --strict; tests/test_docs.py builds it.
+    "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5"],
     "data": DATA,
     # Accelerator builds of jaxlib (the core install runs on CPU): pip install -e '.[gpu]'.
     "gpu": ["jax[cuda12]>=0.8"],

@@ -1,4 +1,4 @@
-"""Pytrees shared across modules (static shapes; see DESIGN.md §1 for the letters).
+"""Pytrees shared across modules (static shapes; see docs/design.md §1 for the letters).
 
 R rollout rows (= B prompts x G samples), P prompt length, T completion length.
 """
@@ -14,7 +14,7 @@ import jax
 
 @flax.struct.dataclass
 class Tree:
-  """The branching structure of tree rollouts (ALGORITHMS.md §3.0), per prompt.
+  """The branching structure of tree rollouts (docs/algorithms.md §3.0), per prompt.
 
   N is a static node capacity per prompt. Node 0 of every prompt is the root (the prompt itself,
   no completion tokens); every other used node is a segment of completion tokens shared by the

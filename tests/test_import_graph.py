@@ -1,4 +1,4 @@
-"""The house stands (DESIGN.md §2): the import graph of rl_jax/ and kernels/, read with `ast`
+"""The house stands (docs/design.md §2): the import graph of rl_jax/ and kernels/, read with `ast`
 (imports inside functions included), has no circle between modules or between rl_jax's
 subpackages, no import against the layer order, no import of experiments/ or benchmarks/ from
 the library, and no library file over 400 lines."""
@@ -14,7 +14,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MAX_LINES = 400
 
-# DESIGN.md §2's layers, top (1) to bottom: a module imports only from its own layer or above.
+# docs/design.md §2's layers, top (1) to bottom: a module imports only from its own layer or above.
 LAYERS = {
     1: ("kernels", "rl_jax.models", "rl_jax.registry", "rl_jax.types", "rl_jax.parallel",
         "rl_jax.tokenizers", "rl_jax.metrics", "rl_jax.checkpoint", "rl_jax.chips",

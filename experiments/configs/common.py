@@ -142,11 +142,11 @@ def base() -> ml_collections.ConfigDict:
       dynamic_sampling=False, max_gen_rounds=4, overlong_buffer=0,
       overlong_penalty_factor=1.0,
       # Rollout mode (rl_jax/rollout/engines.py): 'iid' | 'latr' | 'eptree' | 'treepo' | 'echo'
-      # (ALGORITHMS.md §3) | 'arrol' (§6.6, options in `arrol` below).
+      # (docs/algorithms.md §3) | 'arrol' (§6.6, options in `arrol` below).
       rollout="iid",
       # Planner (rl_jax/rollout/planner.py). max_group_size G_max > 0 turns on ragged groups: the
       # batch is `rows` R_max rows (0 = prompts_per_step * group_size), prompt b gets n_b <= G_max
-      # of them from `allocator` (rl_jax.rl.allocation, ALGORITHMS.md §6; 'uniform' =
+      # of them from `allocator` (rl_jax.rl.allocation, docs/algorithms.md §6; 'uniform' =
       # group_size each) with the budget B x group_size rows and the options of `allocation`
       # (`allocation()` above); allocator_prior: a prior (rl_jax.value.priors) whose p_hat /
       # sigma0_sq the allocator sees ('' = none). round_rules: extra round rules
@@ -160,11 +160,11 @@ def base() -> ml_collections.ConfigDict:
       # Rollout history (rl_jax/value/history.py): a rollout succeeds when its first reward
       # component exceeds success_threshold.
       success_threshold=0.5,
-      # V0.5 (rl_jax/rl/advantages/v05.py, ALGORITHMS.md §4.2, reconstructed [R]): advantage='v05'.
-      # prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0' | 'oracle', the last
-      # Monte Carlo rates of the current policy: value.oracle); n0 = group_size rollouts first;
-      # the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial' exact tail) at
-      # level alpha; rejected prompts get their group doubled up to n_max rows
+      # V0.5 (rl_jax/rl/advantages/v05.py, docs/algorithms.md §4.2, reconstructed [R]):
+      # advantage='v05'. prior: rl_jax.value.priors name ('global_mean' | 'history' | 'v0' |
+      # 'oracle', the last Monte Carlo rates of the current policy: value.oracle); n0 = group_size
+      # rollouts first; the prior is tested (test 'z' with p0 clipped to p0_clip, or 'binomial'
+      # exact tail) at level alpha; rejected prompts get their group doubled up to n_max rows
       # (extra rounds, within max_gen_rounds and the batch's rows); fusion 'variance' (w =
       # Var/(Var+sigma0_sq)) or 'beta' (pseudo-count κ = p0(1-p0)/sigma0_sq - 1); sigma0_sq > 0
       # overrides the prior's own error variance; scale_by_std: A = (r - b)/std as GRPO.
@@ -190,8 +190,8 @@ def base() -> ml_collections.ConfigDict:
       eptree=ml_collections.ConfigDict(dict(num_chains=6, forks_per_round=2, rounds=1,
                                             branches=2, min_tokens_left=0,
                                             min_prefix_fraction=0.0)),
-      # Process rewards (rl_jax/value/prm/process.py; ALGORITHMS.md §5): 'none' | 'pav' | 'prime' |
-      # 'oprl'. Steps end at tokens holding `delimiter` (or at `step_token_ids`), at most
+      # Process rewards (rl_jax/value/prm/process.py; docs/algorithms.md §5): 'none' | 'pav' |
+      # 'prime' | 'oprl'. Steps end at tokens holding `delimiter` (or at `step_token_ids`), at most
       # `max_steps` per completion. pav: a PRM saved by experiments.train_prm in `prm_dir` and
       # alpha (required, no default: nan = unset), added to the outcome advantage x progress.
       # prime / oprl: an implicit PRM from the SFT policy, beta (0.05), AdamW prm_lr (1e-6) with
@@ -209,14 +209,14 @@ def base() -> ml_collections.ConfigDict:
       # first newline token: forks at the task's step boundaries; segment_len unused).
       treepo=ml_collections.ConfigDict(dict(segment_len=8, first_width=2, branches=2,
                                             segment="fixed")),
-      # APRIL partial rollouts (rl_jax/rollout/april.py, ALGORITHMS.md §7): launch `groups` groups
-      # per step (0 = 2 x prompts_per_step), stop decoding once prompts_per_step of them are
+      # APRIL partial rollouts (rl_jax/rollout/april.py, docs/algorithms.md §7): launch `groups`
+      # groups per step (0 = 2 x prompts_per_step), stop decoding once prompts_per_step of them are
       # complete, carry the rest (tokens, log-probs, per-token policy versions) into the next
       # step. Needs tis_cap > 0 (the off-policy correction), rollout='iid', dense groups.
       # recycle_finished=False drops the surplus groups that complete with the target (slime).
       partial=ml_collections.ConfigDict(dict(enabled=False, groups=0, recycle_finished=True)),
       # ARRoL online pruning (rollout='arrol'; rl_jax/sampling/arrol.py, rl_jax/value/
-      # quality_head.py; ALGORITHMS.md §6.6, keep rule RECONSTRUCTED [R]): N0 = ceil(oversample
+      # quality_head.py; docs/algorithms.md §6.6, keep rule RECONSTRUCTED [R]): N0 = ceil(oversample
       # x group_size) rows per prompt; at t_p = round(prune_frac x max_new_tokens) tokens a
       # quality head on the policy's hidden state keeps group_size rows by `rule` ('balanced':
       # the ceil(rho N) highest and the rest lowest scores, rho = 0.5 [P]; 'lowest': the highest
@@ -224,7 +224,7 @@ def base() -> ml_collections.ConfigDict:
       # survivors' outcomes. oversample 1.5 (§6.6's worked N0=6, N=4), prune_frac 0.25 [R].
       arrol=ml_collections.ConfigDict(dict(oversample=1.5, prune_frac=0.25, rule="balanced",
                                            rho=0.5, lr=1e-2, updates=8)),
-      # ECHO (rl_jax/sampling/echo.py + echo_rules.py, ALGORITHMS.md §3.5): entropy-confidence
+      # ECHO (rl_jax/sampling/echo.py + echo_rules.py, docs/algorithms.md §3.5): entropy-confidence
       # branching and online pruning over G slots per prompt; defaults of the reference's
       # DeepConfParams [V]. [R] switches: branch_roots (rows that may branch; reference 1),
       # nested (children branch too), prune. With these thresholds the branch rule cannot fire
@@ -257,7 +257,7 @@ def base() -> ml_collections.ConfigDict:
   # (master weights) and optimizer moments; `donate`: each step reuses the train state's buffers
   # for the new state (the old one is not read again).
   c.train = ml_collections.ConfigDict(dict(master_dtype="float32", donate=True))
-  # V0 (rl_jax/value/v0/online.py, ALGORITHMS.md §4.1): a success-rate predictor that reads the
+  # V0 (rl_jax/value/v0/online.py, docs/algorithms.md §4.1): a success-rate predictor that reads the
   # current policy's recent (prompt, success rate) pairs in context. enabled: keep one in the RL
   # run (calibration at evaluations); it is also built when config.rl.v05.prior or
   # config.rl.allocator_prior is 'v0'. backbone: '' = the policy's own hidden states at the

@@ -8,7 +8,7 @@
 
 Every run starts from its seed's shared SFT checkpoint; the ladder config's RL otherwise (75 steps
 of 32 prompts, G = 8 rows per prompt in the batch). ARRoL samples N0 = 12 rows per prompt and
-prunes to 8 at t_p = 20 of the 80 tokens (ALGORITHMS.md §6.6, keep rule reconstructed [R]);
+prunes to 8 at t_p = 20 of the 80 tokens (docs/algorithms.md §6.6, keep rule reconstructed [R]);
 `rollout_tokens` counts the pruned rows' prefixes, so the report compares at equal rollout tokens.
 
 Variants:

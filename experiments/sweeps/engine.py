@@ -13,7 +13,7 @@ compared. `rollout_tokens` counts a tree's shared prefix once and ARRoL's pruned
 the report compares the methods at equal rollout tokens.
 
 Variants:
-  treepo  TreePO trees (ALGORITHMS.md §3.3): 2 paths from the prompt, each live path becomes 2
+  treepo  TreePO trees (docs/algorithms.md §3.3): 2 paths from the prompt, each live path becomes 2
           at every 8-token boundary (8 leaves from token 16 on), TreePO's subgroup advantages.
   arrol   ARRoL (§6.6): 12 rows per prompt, pruned to 8 at 25% of T by the online quality head
           (the balanced keep rule, reconstructed [R]).

@@ -8,7 +8,7 @@
 Every run starts from its seed's shared SFT checkpoint (the launcher runs one SFT per seed and
 passes `init_from`), so the variants differ only in RL. The more-SFT control is off.
 
-Variants (the estimators of ALGORITHMS.md §1):
+Variants (the estimators of docs/algorithms.md §1):
   grpo        mean/std-normalized group advantage, G = 8 (the default config).
   drgrpo      r − mean, with a constant loss normalizer (TRL `dr_grpo`: Σ ℓm / (N·T_max)).
   rloo        leave-one-out baseline, G = 8.

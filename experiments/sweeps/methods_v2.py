@@ -27,7 +27,7 @@ variant's family oracle (`--oracle=METHOD:ORACLE`, the share of the oracle's gai
 experiments/README, "Which method helps, and how much", has the table.
 
 Process rewards (oracle: `oracle_prm`, PAV with a perfect prover):
-  pav_bok4_a1, pav_bok4_a2  PAV (ALGORITHMS.md §5.1) with a PRM fitted on Monte Carlo labels of
+  pav_bok4_a1, pav_bok4_a2  PAV (docs/algorithms.md §5.1) with a PRM fitted on Monte Carlo labels of
                      the best-of-4 prover (`prover_k` 4, within the issue's 4-8), 16
                      continuations per step prefix, from 4,096 completions of the SFT policy
                      (1,024 train problems x 4); alpha 1 or 2 (the paper sweeps alpha and gives
@@ -195,10 +195,10 @@ BUFFER16 = {"rl.allocation.min_n": 2, "rl.allocation.history_rollouts": 16}
 # G = 8's rollout tokens: 8 rows a prompt on average, 256 a step.
 G8 = {"rl.group_size": 8}
 
-# V0.5 (ALGORITHMS.md §4.2) inside G = 4's 128 rows a step: the first round samples G = 4 rows of
-# 24 prompts (96 rows) and the batch holds R_max = 128 (`rl.rows`), so the extra rounds of prompts
-# that reject their prior (doubling up to n_max = 16) draw on the 32 rows left; rows they do not
-# use are not spent, so V0.5's rollout tokens are at most G = 4's.
+# V0.5 (docs/algorithms.md §4.2) inside G = 4's 128 rows a step: the first round samples G = 4 rows
+# of 24 prompts (96 rows) and the batch holds R_max = 128 (`rl.rows`), so the extra rounds of
+# prompts that reject their prior (doubling up to n_max = 16) draw on the 32 rows left; rows they do
+# not use are not spent, so V0.5's rollout tokens are at most G = 4's.
 V05_EQUAL_ROWS = {"rl.advantage": "v05", "rl.prompts_per_step": 24, "rl.rows": 128,
                   "rl.max_group_size": 16, "rl.v05.n_max": 16}
 # V0.5 inside G = 8's 256 rows, in the same proportions: 24 prompts x 8 (192 rows) first, the

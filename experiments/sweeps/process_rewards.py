@@ -17,7 +17,7 @@
         --out=experiments/sweeps/process_rewards_report.md
 
 Variants (G = 8 as the GRPO baseline; every run starts from the one shared SFT policy):
-  pav_a1   GRPO outcome advantage + alpha x PAV progress, alpha = 1.0 (ALGORITHMS.md §5.1 has
+  pav_a1   GRPO outcome advantage + alpha x PAV progress, alpha = 1.0 (docs/algorithms.md §5.1 has
            no value for alpha; 1.0 is our guess, not the paper's), the seed-0 PAV for every seed.
   prime    PRIME's implicit PRM (beta 0.05, PRM lr 1e-6), RLOO per reward source, whitened.
 OPRL (`rl.process_reward=oprl`, `rl.advantage=rloo`) is built and tested but not in this sweep.

@@ -10,7 +10,7 @@ rows; `rollout_tokens` counts the tokens decoded to make each batch (a fork's sh
 once), so the report's accuracy-vs-rollout-tokens curves compare the methods at equal rollout
 budgets.
 
-Variants (ALGORITHMS.md §3):
+Variants (docs/algorithms.md §3):
   iid            8 independent samples per prompt (the default experiment), GRPO.
   latr           LATR leaves + independent samples by the math mix schedule (η = 1, then 0.75
                  from step 100), GRPO over the group. The SFT policy is sharp: with the

@@ -1,6 +1,6 @@
 """Dense (process) advantages: outcome rewards + per-step rewards -> per-token advantages.
 
-ALGORITHMS.md §5.1 (PAV), §5.2 (PRIME, with the public-code corrections), §5.3 (OPRL in the
+docs/algorithms.md §5.1 (PAV), §5.2 (PRIME, with the public-code corrections), §5.3 (OPRL in the
 public iStar form). Every estimator is registered in `PROCESS_ADVANTAGES` with the signature
 
     fn(rewards [B, G], valid [B, G], *, outcome_adv [B, G], step_rewards [B, G, T],

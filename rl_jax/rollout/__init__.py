@@ -1,1 +1,1 @@
-"""The host side of a rollout (DESIGN.md §7): planner -> engine -> round rules -> batch."""
+"""The host side of a rollout (docs/design.md §7): planner -> engine -> round rules -> batch."""

@@ -1,4 +1,4 @@
-"""APRIL partial rollouts, host side (ALGORITHMS.md §7; `config.rl.partial`).
+"""APRIL partial rollouts, host side (docs/algorithms.md §7; `config.rl.partial`).
 
 Each RL step launches O over-provisioned groups of G rows (`partial.groups`, 0 = 2·B): first
 the groups carried over from the previous step (FIFO, whole groups), then fresh prompts. The

@@ -1,4 +1,4 @@
-"""Every rollout-side config check (DESIGN.md §7), run before anything is built or trained.
+"""Every rollout-side config check (docs/design.md §7), run before anything is built or trained.
 
 `check_config(config)` raises ValueError naming the field, the value and what was expected for
 rollout settings no run can use: rewards, rollout mode and its sampler options, the batch layout

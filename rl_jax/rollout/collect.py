@@ -1,4 +1,4 @@
-"""The collection loop of one RL step (DESIGN.md §7): planner -> engine -> round rules -> batch.
+"""One RL step's collection loop (docs/design.md §7): planner -> engine -> round rules -> batch.
 
 `rollout(ctx)` is the RL phase's call: `collect(draw, config, ...)` with the fresh rounds of the
 planner and engine (`fresh_round`) and the extension rounds a rule asks for (`extend_round`).
@@ -16,7 +16,7 @@ each box can be tested with a fake engine. `rollout.group` is the row's request 
 round; rows with valid=False are padding.
 
 Rewards are the `config.rl.rewards` components [R, K]; overlong shaping (`overlong_buffer`
-L_cache > 0, ALGORITHMS.md §2.2) adds the DAPO soft punishment to the first component.
+L_cache > 0, docs/algorithms.md §2.2) adds the DAPO soft punishment to the first component.
 `rollout_tokens` counts the tokens decoded to make the batch (a fork's shared prefix once),
 `batch_tokens` the completion tokens in it. Every round's valid rows are recorded in the history
 (when given): per slot, attempts and successes (first raw reward component >

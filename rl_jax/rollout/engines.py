@@ -1,4 +1,4 @@
-"""Engines (DESIGN.md §7): serve a round's `Requests` with a sampler, one adapter per mode.
+"""Engines (docs/design.md §7): serve a round's `Requests` with a sampler, one adapter per mode.
 
 `ENGINES` maps `config.rl.rollout` (and 'april', `rollout.april`) to an adapter
 `engine(ctx, requests, key, rng) -> Served`: the rows of every served request, prompt b's rows

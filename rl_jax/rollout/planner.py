@@ -1,4 +1,4 @@
-"""The planner (DESIGN.md §7): which prompts a round samples, and how many rows each gets.
+"""The planner (docs/design.md §7): which prompts a round samples, and how many rows each gets.
 
 A fresh round draws its prompts with the round's host generator (from every train problem, or
 from the `rl.prompt_pool`, or the next batch of the grain stream), asks the allocator

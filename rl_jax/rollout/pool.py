@@ -1,4 +1,4 @@
-"""The pool of a step's rows (DESIGN.md §7): every round's rows by slot, and the batch
+"""The pool of a step's rows (docs/design.md §7): every round's rows by slot, and the batch
 assembled from the chosen slots in the config's layout (trees packed with their rows).
 
 A slot is one prompt's group: the rows of one request of a fresh round, plus any extra rows a
@@ -8,7 +8,7 @@ keeps its tree) or ragged (R_max rows, segment id + valid; a tree rollout's tree
 its rows by `assemble_tree`: parent/depth per group, leaf_node/node_of per row).
 
 `example_batch` is a zero batch of the config's shapes and fields (the jitted RL step's
-shardings). Also here: the DAPO overlong shaping of a round's rewards (ALGORITHMS.md §2.2),
+shardings). Also here: the DAPO overlong shaping of a round's rewards (docs/algorithms.md §2.2),
 the informative test of a group, and the allocation metrics of an assembled batch.
 """
 

@@ -1,9 +1,9 @@
-"""What a generation round asks for, and the batch layout it lands in (DESIGN.md §7).
+"""What a generation round asks for, and the batch layout it lands in (docs/design.md §7).
 
 A round's work is a `Requests`: prompt ids [B] and the rows wanted of each, counts n_b [B]. The
 engine serves it with prompt b's rows contiguous, in request order; row r carries `group[r]` = its
 request index and `valid[r]`; padding rows (valid=False, group = B, the dump segment of
-ALGORITHMS.md §0 pattern 2) are never scored (reward 0) and their masks are cleared.
+docs/algorithms.md §0 pattern 2) are never scored (reward 0) and their masks are cleared.
 
 Layouts of the RL batch:
 

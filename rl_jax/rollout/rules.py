@@ -1,4 +1,4 @@
-"""Round rules: host-side rules run after every generation round of a step (DESIGN.md §7).
+"""Round rules: host-side rules run after every generation round of a step (docs/design.md §7).
 
 `collect.collect` runs planner -> engine -> rules: after each round every active rule looks at the
 `pool.Pool` (all rows drawn so far, grouped by slot = one prompt's group) and may ask for more:
@@ -77,7 +77,7 @@ class RoundRule:
 
 @ROUND_RULES.register("dapo_dynamic")
 class DapoDynamic(RoundRule):
-  """DAPO dynamic sampling (ALGORITHMS.md §2.2): groups whose rewards are all equal carry no
+  """DAPO dynamic sampling (docs/algorithms.md §2.2): groups whose rewards are all equal carry no
   gradient; fresh rounds of B prompts are drawn until B informative groups exist (or
   `max_gen_rounds`). The batch: informative groups in round order, then dropped groups marked
   kept=False (loss weight 0)."""
@@ -107,7 +107,7 @@ class DapoDynamic(RoundRule):
 
 @ROUND_RULES.register("v05_extra")
 class V05Extra(RoundRule):
-  """V0.5's extra rounds and per-row prior (ALGORITHMS.md §4.2, RECONSTRUCTED;
+  """V0.5's extra rounds and per-row prior (docs/algorithms.md §4.2, RECONSTRUCTED;
   `rl.advantages.v05`).
 
   After each round every slot is tested against its prior p0 (successes = first raw reward

@@ -1,4 +1,4 @@
-"""ARRoL online rollout pruning (ALGORITHMS.md §6.6; the keep rule is RECONSTRUCTED [R]: the
+"""ARRoL online rollout pruning (docs/algorithms.md §6.6; the keep rule is RECONSTRUCTED [R]: the
 paper's code is not released, so `arrol_reconstructed` is the spec's stand-in).
 
 Each prompt is sampled N₀ = `oversample` times. At the pruning checkpoint t_p (after every row's

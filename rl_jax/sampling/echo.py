@@ -1,4 +1,4 @@
-"""ECHO: entropy-confidence hybrid branching and pruning (ALGORITHMS.md §3.5), one jitted
+"""ECHO: entropy-confidence hybrid branching and pruning (docs/algorithms.md §3.5), one jitted
 `lax.scan` over K = G slots per prompt, with the tree it grows (`types.Tree`).
 
 Slots and the reference [V user683/ECHO `_generate_sequences_deepconf`]: per prompt the reference

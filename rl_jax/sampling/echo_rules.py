@@ -1,5 +1,5 @@
-"""ECHO's entropy-confidence rules (ALGORITHMS.md §3.5): per-step statistics, the branch rule and
-width, the online prune rule. Pure jnp functions over rows, used by `echo.echo_generate` and
+"""ECHO's entropy-confidence rules (docs/algorithms.md §3.5): per-step statistics, the branch rule
+and width, the online prune rule. Pure jnp functions over rows, used by `echo.echo_generate` and
 tested on hand-made numbers.
 
 Per decoding step t of a row, from the top-k (k = `top_k`, 64) next-token log-probs renormalised
@@ -37,7 +37,7 @@ CONFIDENCES = ("neg_logp", "prob")
 
 @dataclasses.dataclass(frozen=True)
 class EchoOptions:
-  """ECHO hyper-parameters (static). Defaults: ALGORITHMS.md §3.5 / the reference's
+  """ECHO hyper-parameters (static). Defaults: docs/algorithms.md §3.5 / the reference's
   `DeepConfParams` [V], except the [R] tree knobs `branch_roots`, `nested` and `prune`.
 
   Attributes:

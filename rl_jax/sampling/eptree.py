@@ -1,4 +1,4 @@
-"""EPTree (TreeRL's entropy-guided tree search, ALGORITHMS.md §3.2) over the explicit KV cache.
+"""EPTree (TreeRL's entropy-guided tree search, docs/algorithms.md §3.2) over the explicit KV cache.
 
 Per prompt: sample M chains; then L times, in each tree (one per chain), score every token the
 tree owns by its negative log-prob −log p(y_t) (the reference code's "entropy"), take the N

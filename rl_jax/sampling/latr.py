@@ -1,4 +1,4 @@
-"""LATR: lookahead tree-based rollouts (ALGORITHMS.md §3.1), one jitted `lax.scan`.
+"""LATR: lookahead tree-based rollouts (docs/algorithms.md §3.1), one jitted `lax.scan`.
 
 Every prompt (root) owns K slots. Slot 0 starts live; the others are free. At each decoding step,
 while the tree phase lasts, every live row continues with its top-1 token under the *raw* softmax

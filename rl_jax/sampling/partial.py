@@ -1,4 +1,4 @@
-"""The APRIL partial-rollout engine (ALGORITHMS.md §7): decode until enough groups have finished.
+"""APRIL's partial-rollout engine (docs/algorithms.md §7): decode until enough groups finish.
 
 R = O·G rows (O over-provisioned groups of G contiguous rows) decode together. A row may resume
 a partial completion from an earlier step: its `prefix` [R, T] (the tokens it already has,

@@ -2,8 +2,8 @@
 slot takes the next queued request at once.
 
 The linear sampler gives every request a row for all its steps, so a row that ends early idles
-until the longest row of the batch ends (ALGORITHMS.md-style long-tailed lengths make that most of
-the work). Here the requests queue in order q = 0 .. Q - 1 (request q is sample q mod G of prompt
+until the longest row of the batch ends (with the long-tailed lengths of RL completions that is
+most of the work). Here the requests queue in order q = 0 .. Q - 1 (request q is sample q mod G of prompt
 q // G, the row order of `decode.generate(num_samples=G)`), and each loop iteration is one
 `decode_step` of all S slots followed by the refill of every slot whose request ended:
 

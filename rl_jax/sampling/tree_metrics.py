@@ -1,4 +1,4 @@
-"""LATR branching and lookahead-pruning metrics (ALGORITHMS.md §3.1), pure jnp.
+"""LATR branching and lookahead-pruning metrics (docs/algorithms.md §3.1), pure jnp.
 
 Every function is jittable and vectorised over any leading batch dims. Token
 windows are int arrays `[..., r]` of one static length r (r <= 64 in use: 20,

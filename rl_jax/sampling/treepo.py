@@ -1,4 +1,4 @@
-"""TreePO's segment-wise tree sampling (ALGORITHMS.md §3.3) over the explicit KV cache.
+"""TreePO's segment-wise tree sampling (docs/algorithms.md §3.3) over the explicit KV cache.
 
 Per prompt, a budget of G leaves in G slots: `first_width` paths start from the prompt; they are
 decoded in segments of `segment_len` tokens, and at every segment boundary each live path forks

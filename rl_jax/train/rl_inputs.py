@@ -79,7 +79,7 @@ def advantages(rewards: jax.Array, rollout: Rollout, hyper,
 
 
 def group_slots(group: jax.Array, valid: jax.Array, num_groups: int) -> tuple[jax.Array, jax.Array]:
-  """(seg [R], rank [R]) of ragged rows (ALGORITHMS.md §0 pattern 2): seg = the row's group, or
+  """(seg [R], rank [R]) of ragged rows (docs/algorithms.md §0 pattern 2): seg = the row's group, or
   the dump segment B for invalid rows; rank = how many earlier rows share its segment."""
   seg = jnp.where(valid, group, num_groups).astype(jnp.int32)
   onehot = (seg[:, None] == jnp.arange(num_groups + 1)[None, :]).astype(jnp.int32)

@@ -5,7 +5,7 @@ that change the program are frozen dataclasses passed as static arguments.
 
 `rl_step` is the whole update on one rollout batch: rewards -> advantages (`rl_inputs`), then
 `num_iterations` optimizer updates, each accumulating gradients over `num_minibatches`
-micro-batches with the loss normalizers of the whole batch (ALGORITHMS.md §2.6).
+micro-batches with the loss normalizers of the whole batch (docs/algorithms.md §2.6).
 
 Mixed precision: the state's parameters are the master weights (with the optimizer moments in
 their dtype, `config.train.master_dtype`). Each update runs the model on one copy of them in
@@ -96,8 +96,8 @@ class RLHyper:
       batch that way), so the reference pass and the policy's forward and backward run each
       prompt once per group (`logprobs.completion_logprobs(group_size=G)`): the same loss with
       fewer FLOPs. Micro-batches then hold whole groups. Off for ragged batches.
-    num_groups, max_group_size: a ragged batch (`rollout.requests`, ALGORITHMS.md §0 pattern 2) of B
-      = num_groups prompts with at most G_max = max_group_size rows each, grouped by
+    num_groups, max_group_size: a ragged batch (`rollout.requests`, docs/algorithms.md §0 pattern 2)
+      of B = num_groups prompts with at most G_max = max_group_size rows each, grouped by
       `rollout.group`; 0 = the dense layout (groups of `group_size` contiguous rows).
   """
 

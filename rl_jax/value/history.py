@@ -80,7 +80,7 @@ class RolloutHistory:
 
     last_rollouts > 0: only each prompt's newest records (latest step first, later records of a
     step first) up to the one that brings its attempts to `last_rollouts` (Knapsack RL's reward
-    buffer of the last 16 rollouts, ALGORITHMS.md §6.1). A record enters whole: the rows of one
+    buffer of the last 16 rollouts, docs/algorithms.md §6.1). A record enters whole: the rows of one
     step are not ordered, so the window may hold up to a record's attempts − 1 more."""
     if last_rollouts < 0:
       raise HistoryError(f"last_rollouts={last_rollouts}; expected >= 0 (0 = every record)")

@@ -1,6 +1,6 @@
 """Priors of a prompt's success rate before its rollouts: p0 and its error variance sigma0^2.
 
-V0.5 (ALGORITHMS.md §4.2) fuses a prior with a few rollouts; the allocators may read one too
+V0.5 (docs/algorithms.md §4.2) fuses a prior with a few rollouts; the allocators may read one too
 (`config.rl.allocator_prior`). A prior is any object with
 
     predict(params, prompt_ids) -> (p0 [B], sigma0_sq [B])   (float64 numpy)
@@ -11,7 +11,7 @@ built by a factory registered in `PRIORS`: `make(exp, history, companions) -> pr
 follows the policy) and `companions` the run companions' state by name. The `v0` prior is the
 run's V0 (the companion 'v0', `value.v0.run`).
 
-The two simple priors here are ours ([R]: ALGORITHMS.md has no rule for them):
+The two simple priors here are ours ([R]: docs/algorithms.md has no rule for them):
 
 * `global_mean`: p0 = the history's mean success rate, Beta(1, 1)-smoothed; sigma0^2 = the
   method-of-moments variance of the prompts' true rates around it (the variance of per-prompt

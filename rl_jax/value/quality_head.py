@@ -1,4 +1,4 @@
-"""ARRoL's quality head g_ψ (ALGORITHMS.md §6.6), trained online in the RL run (`rollout='arrol'`).
+"""ARRoL's quality head g_ψ (docs/algorithms.md §6.6), trained online during RL (`rollout='arrol'`).
 
     run = ArrolRun(exp)                    # the run's head and engine options (a run companion)
     out = arrol.arrol_generate(params, run.head.params, ..., options=run.options)

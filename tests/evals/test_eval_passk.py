@@ -11,7 +11,7 @@ from rl_jax.evals import metrics
 
 
 def test_pass_at_k_worked_numbers():
-  # 1 - C(3, 2) / C(5, 2) = 1 - 3/10 (ALGORITHMS-style worked example from the issue).
+  # 1 - C(3, 2) / C(5, 2) = 1 - 3/10 (a worked example by hand).
   assert metrics.pass_at_k(5, 2, 2) == pytest.approx(0.7, abs=1e-12)
   assert metrics.pass_at_k(5, 0, 3) == 0.0
   assert metrics.pass_at_k(5, 4, 2) == 1.0  # n - c < k: every 2-subset holds a correct one

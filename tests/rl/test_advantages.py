@@ -1,4 +1,4 @@
-"""Advantage estimators vs the worked numbers of ALGORITHMS.md §1."""
+"""Advantage estimators vs the worked numbers of docs/algorithms.md §1."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Allocators vs the worked numbers of ALGORITHMS.md §6 and the allocation contract."""
+"""Allocators vs the worked numbers of docs/algorithms.md §6 and the allocation contract."""
 
 from __future__ import annotations
 

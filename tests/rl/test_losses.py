@@ -1,4 +1,4 @@
-"""Policy losses, KL, aggregation and DAPO helpers vs ALGORITHMS.md §2."""
+"""Policy losses, KL, aggregation and DAPO helpers vs docs/algorithms.md §2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Process advantages against ALGORITHMS.md §5.1-§5.3's worked numbers."""
+"""Process advantages against docs/algorithms.md §5.1-§5.3's worked numbers."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""Tree advantage estimators vs the worked numbers of ALGORITHMS.md §3.2-§3.4.
+"""Tree advantage estimators vs the worked numbers of docs/algorithms.md §3.2-§3.4.
 
 The worked tree of §3.2/§3.3: root -> A, B; A -> a1, a2; B -> b1, b2, leaf rewards
 (a1, a2, b1, b2) = (1, 0, 0, 0). Each row's tokens are its path's segments (A or B,

@@ -1,5 +1,5 @@
-"""V0.5 (ALGORITHMS.md §4.2, reconstructed): the test, both fusion forms with §4.2's numbers, the
-estimator, the simple priors, and the extra-round control flow on a fake engine."""
+"""V0.5 (docs/algorithms.md §4.2, reconstructed): the test, both fusion forms with §4.2's numbers,
+the estimator, the simple priors, and the extra-round control flow on a fake engine."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def test_prompt_stats_window_and_probe():
 
 
 def test_knapsack_from_eight_row_estimates_worked_numbers():
-  """ALGORITHMS.md §6.1's worked case through the planner, estimates from the history: p = 0.5
+  """docs/algorithms.md §6.1's worked case through the planner, estimates from the history: p = 0.5
   and 0.25 (8 and 16 rows), a p = 0 and a p = 1 prompt (8 rows each), one prompt with 4 rows (no
   estimate: the budget's mean, 3). Budget 5 x 3 = 15 rows, min_n 2: 2 + 2 + 2 + 2 + 3 = 11, so
   R = 4 extra rows; the fallback's estimate (int(3.32) + int(8.00) = 11 >= 4) sends none to the

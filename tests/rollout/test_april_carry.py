@@ -1,5 +1,5 @@
-"""APRIL's host side (rl_jax/rollout/april.py): the batch / carry split of ALGORITHMS.md §7, the
-per-token version record, the checkpointed carry (resume == uninterrupted) and the config
+"""APRIL's host side (rl_jax/rollout/april.py): the batch / carry split of docs/algorithms.md §7,
+the per-token version record, the checkpointed carry (resume == uninterrupted) and the config
 errors."""
 
 import json

@@ -1,5 +1,5 @@
 """Tree rollouts with ragged groups (rl_jax/rollout/engines.py): equal to the dense tree path
-when every n_b = G_max = G, invalid leaves out of every statistic (ALGORITHMS.md §3.2's worked
+when every n_b = G_max = G, invalid leaves out of every statistic (docs/algorithms.md §3.2's worked
 tree), the RL phase with EPTree and Knapsack, and the named errors of what is not supported."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_ragged_tree_path_equals_dense(smoke_config, tmp_path, mode):
   assert dm["rollout_tokens"] == gm["rollout_tokens"]
 
 
-# ALGORITHMS.md §3.2's worked tree: root -> A (leaves a1 = 1, a2 = 0), B (leaves b1 = 0, b2 = 0).
+# docs/algorithms.md §3.2's worked tree: root -> A (leaves a1 = 1, a2 = 0), B (b1 = 0, b2 = 0).
 # Nodes 0 root, 1 A, 2 B, 3 a1, 4 a2, 5 b1, 6 b2; each row: 2 tokens of A or B, 2 of its leaf.
 PARENT = np.array([0, 0, 0, 1, 1, 2, 2], np.int32)
 DEPTH = np.array([0, 1, 1, 2, 2, 2, 2], np.int32)

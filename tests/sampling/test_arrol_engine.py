@@ -1,5 +1,5 @@
-"""ARRoL's pruning engine (ALGORITHMS.md §6.6 [R]): the keep rule's worked numbers, survivors equal
-to the unpruned sampler's rows and the trainer's log-probs, constant heads, named errors."""
+"""ARRoL's pruning engine (docs/algorithms.md §6.6 [R]): the keep rule's worked numbers, survivors
+equal to the unpruned sampler's rows and the trainer's log-probs, constant heads, named errors."""
 
 import jax
 import jax.numpy as jnp

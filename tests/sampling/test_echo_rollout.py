@@ -1,5 +1,5 @@
-"""ECHO (ALGORITHMS.md §3.5): its rules on worked numbers, where the sampler branches and prunes
-(against a plain transcription of the reference's `plan_branch` / `should_prune` over the
+"""ECHO (docs/algorithms.md §3.5): its rules on worked numbers, where the sampler branches and
+prunes (against a plain transcription of the reference's `plan_branch` / `should_prune` over the
 recorded step statistics), the trainer's log-probs, the tree for the tree advantages, bad
 options, and the rollout mode end to end."""
 

@@ -1,4 +1,4 @@
-"""LATR branching / pruning metrics vs ALGORITHMS.md §3.1 and plain-python DPs."""
+"""LATR branching / pruning metrics vs docs/algorithms.md §3.1 and plain-python DPs."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The estimators live in `group` (flat groups), `tree` (recorded trees) and `v05` (V0.5 fusion);
 `rl_jax.rl.advantages` imports them all, so `advantages.get(name)` finds every one.
 
-Every estimator is registered in `ADVANTAGES` (ALGORITHMS.md §1) and has the
+Every estimator is registered in `ADVANTAGES` (docs/algorithms.md §1) and has the
 signature
 
     fn(rewards, valid, **options) -> (adv, weight)
@@ -88,7 +88,7 @@ def masked_whiten(x: Array, mask: Array) -> Array:
   """verl `masked_whiten` over all entries: `(x − μ)·rsqrt(var + 1e-8)`.
 
   μ and the unbiased var are taken over entries with mask 1, so with a token
-  mask long responses weigh more (ALGORITHMS.md §0).
+  mask long responses weigh more (docs/algorithms.md §0).
   """
   m = jnp.asarray(mask, jnp.float32)
   n = jnp.sum(m)

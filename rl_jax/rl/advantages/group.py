@@ -1,6 +1,6 @@
 """Flat-group advantage estimators: outcome rewards -> per-rollout advantages.
 
-Registered in `base.ADVANTAGES` (ALGORITHMS.md §1): grpo, drgrpo, rloo, opo, grpo_passk,
+Registered in `base.ADVANTAGES` (docs/algorithms.md §1): grpo, drgrpo, rloo, opo, grpo_passk,
 mc_grpo, gdpo (sequence level) and gdpo_verl, reinforce_pp, reinforce_pp_baseline (token
 level). The signature and conventions are in `rl_jax.rl.advantages.base`.
 """

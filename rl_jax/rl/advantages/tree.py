@@ -1,6 +1,6 @@
 """Tree advantage estimators: leaf rewards on a recorded tree -> token advantages.
 
-ALGORITHMS.md §3.0, §3.2-§3.4. Every estimator is registered in
+docs/algorithms.md §3.0, §3.2-§3.4. Every estimator is registered in
 `base.ADVANTAGES` and has the signature
 
     fn(rewards, valid, *, tree, mask, **options) -> (adv, weight)

@@ -1,4 +1,4 @@
-"""V0.5: a value prior fused with sparse rollouts (ALGORITHMS.md §4.2).
+"""V0.5: a value prior fused with sparse rollouts (docs/algorithms.md §4.2).
 
 RECONSTRUCTED (`v05_reconstructed`): the paper's code is not public; the test statistic, the
 significance level, the fusion weight, the extra-round schedule and n_max are ours, as in §4.2.
@@ -99,7 +99,7 @@ def next_size(n: int, n_max: int) -> int:
 
 @ADVANTAGES.register("v05")
 def v05(rewards, valid, *, prior, scale_by_std: bool = False, eps: float = 1e-6):
-  """V0.5 advantages [B, G]: A_i = r_i − b, b = w p0 + (1 − w) r̄ (ALGORITHMS.md §4.2, [R]).
+  """V0.5 advantages [B, G]: A_i = r_i − b, b = w p0 + (1 − w) r̄ (docs/algorithms.md §4.2, [R]).
 
   Args:
     rewards: [B, G] (the scalar reward; binary success for the fusion to be meaningful).

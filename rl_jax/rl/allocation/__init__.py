@@ -1,4 +1,4 @@
-"""Budget allocation across prompts (ALGORITHMS.md §6): one registry `ALLOCATORS`.
+"""Budget allocation across prompts (docs/algorithms.md §6): one registry `ALLOCATORS`.
 
     from rl_jax.rl import allocation
     alloc = allocation.make("knapsack", min_obs=2)

@@ -1,6 +1,6 @@
 """The allocator interface: per-prompt statistics + a rollout budget -> rows per prompt.
 
-ALGORITHMS.md §6: `allocate(stats[C], budget) -> n[C]` (ints, `Σ n = budget`), run on the host
+docs/algorithms.md §6: `allocate(stats[C], budget) -> n[C]` (ints, `Σ n = budget`), run on the host
 before sampling. One interface covers two kinds of method:
 
 * allocation (`uniform`, `knapsack`, `dars`, `xrpo`, `v0`): every candidate enters the batch

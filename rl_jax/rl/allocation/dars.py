@@ -1,4 +1,4 @@
-"""DARS — Difficulty Adaptive Rollout Sampling (ALGORITHMS.md §6.2, [V] yangzhch6/DARS).
+"""DARS — Difficulty Adaptive Rollout Sampling (docs/algorithms.md §6.2, [V] yangzhch6/DARS).
 
 Stage 1 samples N rows per prompt (accuracy `a`); stage 2 tops up the prompts with `a < 0.5`
 so that their cumulative |advantage| reaches a target (`a = 0` is read as `0.5/N`):

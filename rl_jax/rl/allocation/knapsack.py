@@ -1,4 +1,4 @@
-"""Knapsack RL (ALGORITHMS.md §6.1, [V] liziniu/KnapsackRL `exploration_utils.py`) and the V0
+"""Knapsack RL (docs/algorithms.md §6.1, [V] liziniu/KnapsackRL `exploration_utils.py`) and the V0
 allocation rule (§4.1, [R]).
 
 Item value of N rollouts of a prompt with success rate p:

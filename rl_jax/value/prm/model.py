@@ -5,8 +5,8 @@ A PRM is `models.heads` params (`{'body', 'head'}`) plus a `PRMSpec` (its model 
 it segments steps). Training data is a `PRMBatch`: completions and, per position of the
 `[R, T + 1]` layout of `heads.token_values` (0 = after the prompt, t + 1 = after completion token
 t), a soft label in [0, 1] and a weight (0 where there is no label). The loss is the weighted
-binary cross-entropy `-w [y log σ(z) + (1 - y) log(1 - σ(z))] / Σ w` (ALGORITHMS.md §5.1: "BCE on
-the soft label at step-boundary tokens").
+binary cross-entropy `-w [y log σ(z) + (1 - y) log(1 - σ(z))] / Σ w` (docs/algorithms.md §5.1: "BCE
+on the soft label at step-boundary tokens").
 
 Initialisation: `init_from_policy(cfg, policy_params)` (a run's SFT checkpoint,
 `init_from.load_sft` / `evals.runner.load_params`) or `init_from_hf(path)` (`models.load_hf`).

@@ -1,8 +1,8 @@
 """The oracle process reward (`config.rl.process_reward='oracle'`): PAV with a perfect prover.
 
 On a task with a step checker (`task.check_steps`, the ladder: `data.ladder.check_scratchpad`)
-the true step labels are known, so PAV's progress (ALGORITHMS.md §5.1) can be computed without a
-learned verifier. The prover is perfect at writing a *correct scratchpad*: the value of a prefix
+the true step labels are known, so PAV's progress (docs/algorithms.md §5.1) can be computed without
+a learned verifier. The prover is perfect at writing a *correct scratchpad*: the value of a prefix
 is 1 while every item in it is right and 0 from the first wrong one on, where the items are the
 task's steps in order followed by the final answer. With `V(bare prompt) = 1` the progress
 `Q(s_h, a_h) − V(s_h)` is

@@ -1,4 +1,5 @@
-"""PAV: prover values Q^μ(prefix) from Monte Carlo outcomes of step prefixes (ALGORITHMS.md §5.1).
+"""PAV (docs/algorithms.md §5.1): prover values Q^μ(prefix) from Monte Carlo outcomes of step
+prefixes.
 
 Labels for training a PAV (`value.prm.model`) come from either source:
 

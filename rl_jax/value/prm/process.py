@@ -70,7 +70,7 @@ def check_config(config) -> None:
   if kind in ("pav", "oracle"):
     if not (isinstance(c.alpha, (int, float)) and math.isfinite(c.alpha) and c.alpha >= 0):
       raise ValueError(f"config.rl.process.alpha={c.alpha!r}: process_reward={kind!r} needs "
-                       "alpha, a finite number >= 0 (no default: ALGORITHMS.md §5.1)")
+                       "alpha, a finite number >= 0 (no default: docs/algorithms.md §5.1)")
   if kind == "oracle" and (c.delimiter != "\n" or tuple(c.step_token_ids)):
     raise ValueError(f"config.rl.process.delimiter={c.delimiter!r}, step_token_ids="
                      f"{tuple(c.step_token_ids)!r}: process_reward='oracle' grades the step "

@@ -1,4 +1,4 @@
-"""Step segmentation of completions (ALGORITHMS.md §5.1: a response is split into steps a_1..a_H).
+"""Step segmentation of completions (docs/algorithms.md §5.1: a response is steps a_1..a_H).
 
 A step ends at a *delimiter token* (by default every token whose text holds a newline; or an
 explicit set of token ids) that closes some content, and at the completion's last token when

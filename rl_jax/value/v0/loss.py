@@ -1,4 +1,4 @@
-"""V0's training loss: `L = alpha·L_pair + (1 - alpha)·L_ce` (ALGORITHMS.md §4.1, reference
+"""V0's training loss: `L = alpha·L_pair + (1 - alpha)·L_ce` (docs/algorithms.md §4.1, reference
 `v0_core/trainer.py`, `--loss_type combined --loss_alpha 0.25 --label_strategy minmax_norm`).
 
 * score `s = logit_1 - logit_0 = logit(p_hat)` (one logit per query here).

@@ -1,4 +1,4 @@
-"""V0 in Flax: a query adapter over frozen backbone states, an in-context head (ALGORITHMS §4.1).
+"""V0 in Flax (docs/algorithms.md §4.1): query adapter over frozen backbone states, in-context head.
 
     enc = V0Encoder(num_queries=32, query_dim=6, num_heads=3, mlp_hidden=64)
     x = enc.apply({'params': p}, H, mask)                        # [N, M*d_q] prompt features

@@ -1,4 +1,4 @@
-"""V0 (ALGORITHMS.md §4.1): the zero-initialised adapter, the in-context head, the loss, errors."""
+"""V0 (docs/algorithms.md §4.1): the zero-initialised adapter, the in-context head, loss, errors."""
 
 import jax
 import jax.numpy as jnp
