@@ -133,3 +133,23 @@ def test_every_finding_reads_and_the_headline_is_short():
   for f in pages.FINDINGS:
     c = pages.cell(ROOT, f)
     assert c.seeds >= 1 and f.report in c.source and f.sft_draws >= 1
+
+
+def test_research_log_pages_open_with_a_status_and_are_indexed():
+  """Every docs/research/ page states its status first (superseded ones link their successor,
+  which exists), and the index links every page."""
+  folder = os.path.join(ROOT, "docs", "research")
+  with open(os.path.join(folder, "index.md")) as f:
+    index = f.read()
+  pages_ = sorted(n for n in os.listdir(folder) if n.endswith(".md") and n != "index.md")
+  assert len(pages_) >= 10
+  for name in pages_:
+    with open(os.path.join(folder, name)) as f:
+      body = [l for l in f.read().splitlines() if l.strip()]
+    assert body[0].startswith("# "), name
+    status = body[1]
+    m = re.fullmatch(r"Status: (current|superseded by \[[^\]]+\]\(([a-z0-9-]+\.md)\))", status)
+    assert m, (name, status)
+    if m.group(2):
+      assert os.path.exists(os.path.join(folder, m.group(2))), (name, m.group(2))
+    assert f"]({name})" in index, name
