@@ -3,7 +3,7 @@
     python -m benchmarks.kernels_check          # on a GPU (Triton) or TPU (Mosaic) machine
 
 The suite tests the kernels in interpret mode on CPU, which masks partial blocks that the real
-compilers do not (a grouped-advantage bug that only a GPU showed: benchmarks/README.md). Per
+compilers do not (a grouped-advantage bug that only a GPU showed: docs/research/logprob-gpu.md). Per
 case: the fused log-prob (impl='pallas' and 'auto') against `materialized` (log-probs, entropy
 and both gradients, largest relative error) and the grouped advantage (impl='pallas') against
 its XLA path (largest absolute error). `all_ok` is false when any error is above its tolerance.

@@ -107,7 +107,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("--rl_jax_minibatches", type=int, default=4,
                  help="rl_jax's RLHyper.num_minibatches: the same loss and update, its gradient "
                       "accumulated over this many micro-batches to bound activation memory "
-                      "(at 8x4x32 on SmolLM2 it costs no step time; see benchmarks/README.md)")
+                      "(at 8x4x32 on SmolLM2 it costs no step time; see docs/research/peers.md)")
   p.add_argument("--rl_jax_cache_dir", default="",
                  help="rl_jax's persistent compilation cache directory ('' = off, the default): "
                       "an empty one measures a cold first step, one filled by an earlier run a "

@@ -99,8 +99,8 @@ class CompileStats:
   a cache miss, reading and loading the executable on a hit (`cache_read_s` is the hit's share).
   On XLA:CPU a hit on a large program is far from free (jax 0.10.2: SmolLM2's `rl_step` read
   back in 9.2 s against a 22.8 s compile, 17.6 s beside another compile job), so `cache_hits`
-  alone does not say how much time was saved; benchmarks/README.md ("First-step ratio") has the
-  numbers. Events of other threads in the same process are counted too.
+  alone does not say how much time was saved; docs/research/compile-cache.md (the first-step
+  ratio to tunix and TRL) has the numbers. Events of other threads in the same process are counted too.
   """
 
   def __init__(self):

@@ -1,6 +1,6 @@
 """benchmarks/learn_parity.py's arithmetic (windows, TRL's band, the verdict) and its TRL worker's
 prompt feed. The two systems' runs themselves need TRL (the peers extra) and minutes per seed:
-their result is in benchmarks/README.md."""
+their result is in docs/research/learn-parity.md."""
 
 from __future__ import annotations
 

@@ -256,8 +256,8 @@ def test_real_smollm2_learns_in_10_steps(tmp_path):
 
   The margin comes from three runs' step-10 greedy accuracy: a pilot with these 200 problems
   (seed 0, same settings) went from 0.175 to 0.325; the config's seeds 0 and 1 reached 0.385 and
-  0.255 on 200 of their 500 held-out problems, from 0.162 on all 500 (experiments/README.md, "A
-  real LM learns"). The smallest gain, about +0.09, is nearly twice the margin."""
+  0.255 on 200 of their 500 held-out problems, from 0.162 on all 500
+  (docs/research/smollm2-learns.md). The smallest gain, about +0.09, is nearly twice the margin."""
   margin = 0.05
   config = smollm2_learns.get_config().copy_and_resolve_references()
   config.rl.update(steps=10, eval_every=0)

@@ -228,7 +228,7 @@ def base() -> ml_collections.ConfigDict:
       # branching and online pruning over G slots per prompt; defaults of the reference's
       # DeepConfParams [V]. [R] switches: branch_roots (rows that may branch; reference 1),
       # nested (children branch too), prune. With these thresholds the branch rule cannot fire
-      # (C_t >= ln 5 > branch_threshold; experiments/README.md, "Tree rollouts").
+      # (C_t >= ln 5 > branch_threshold; docs/research/rollout-engines-v1.md).
       echo=ml_collections.ConfigDict(dict(
           top_k=64, conf_top_k=5, confidence="neg_logp", min_depth=4, entropy_window=4,
           group_window=4, tail_window=8, entropy_high=3.5, entropy_low=1.0,
@@ -236,7 +236,7 @@ def base() -> ml_collections.ConfigDict:
           alpha=2.0, beta=1.0, prune=True, prune_threshold=0.4, tail_decline_steps=3,
           tail_threshold=1.0, delta_rise_steps=3, delta_upper=0.5, branch_roots=1,
           nested=False))))
-  # Where the training problems come from (experiments/README.md compares the two).
+  # Where the training problems come from (docs/research/data-path.md compares the two).
   # 'memory' (default): the task's lists, each step's batch drawn with a stateless host RNG.
   # 'grain': the task written once as a TFDS dataset (array_record, rl_jax.data.tfds_builders)
   # under data_dir ('' = WORKDIR/tfds) and read by a grain DataLoader (epoch shuffling, sharded

@@ -8,7 +8,7 @@ Variants: `:smoke` (seconds; the tests use it). Its successor for ranking method
 of the results below.
 
 Every method that claims more learning per rollout token is measured here against this run's
-GRPO (experiments/README.md, "The proving ground"). The task is built so that methods can differ:
+GRPO (docs/research/proving-ground-v1.md). The task is built so that methods can differ:
 
 * Task (`rl_jax.data.ladder`): reasoning-gym `chain_sum` with 2 to 7 terms of one or two digits
   and `+`/`-`, one stratum per number of terms. 1,200 held-out problems (200 per stratum) and
@@ -33,13 +33,13 @@ the result tables (rl_test_accuracy, sft_test_accuracy; train and dev unchanged)
 `--config.rl.eval_subset=300` runs the periodic evaluations on 50 dev problems per stratum. The
 oracles that bound each method family: `rl.process_reward=oracle` (with rl.process.alpha), the
 prior `oracle` (rl.allocator_prior / rl.v05.prior; value.oracle.mc_samples) and
-`rl.treepo.segment=newline` (experiments/README.md, "Dev and test sets, and the oracles").
+`rl.treepo.segment=newline` (docs/research/ground-v2.md, "Dev and test sets, and the oracles").
 
 Seeds: one SFT policy for every training seed (`sft.seed = 0`, the way RL papers start every seed
 from one base model), so `--config.seed=S` varies RL alone; `--config.sft.seed=-1` gives each seed
 its own SFT (the spread then includes SFT's, std 0.036 over 3 seeds).
 
-Measured (experiments/README.md, "The proving ground", has the 3-seed tables; 2026-11-25): SFT
+Measured (docs/research/proving-ground-v1.md has the 3-seed tables; 2026-11-25): SFT
 greedy 0.347 on the 1,200 held-out problems, GRPO after 75 steps 0.479 +- 0.026 (95% interval
 over seeds 0-2), seed std 0.010; every item of the issue's gate is met but the time, which was not
 re-measured: 834 s for the whole run alone on the 2-core CPU is seed 2 of 2026-11-24 (this

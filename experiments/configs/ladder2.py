@@ -28,7 +28,7 @@ and the three oracles (process reward, Knapsack prior, step-boundary TreePO) fro
 
 Settings: those of issue 32's two-seed check (4-8 terms, 96 new tokens, 160 context, constant
 rate after warmup, 100 RL steps), except the learning rate, chosen on the dev set
-(`experiments/sweeps/ground_v2_pilot.py`, experiments/README "Proving ground v2"): the first
+(`experiments/sweeps/ground_v2_pilot.py`, docs/research/ground-v2.md): the first
 sweep ran at 1e-4, where G = 4 caught up with G = 16 and the oracles after about 40 of the 100
 steps; 150 steps at 1e-4 narrowed the oracle process reward's dev gain further. Measured alone on
 the 2-core CPU (2026-11-26, the first sweep's first two processes): the SFT run 437 s (346 s of

@@ -14,7 +14,7 @@ device); `--config.mesh.shape='(2,4,1)'` and other overrides work as in `experim
 
 To train such a model for real, point `model.path` at its Hugging Face checkpoint directory and
 set `tokenizer.kind='hf'` (as `smollm2.py` does); this file gives the architecture only.
-README.md ("Compiled for TPU") has the results of `experiments.aot` for these variants.
+docs/research/tpu-compile.md has the results of `experiments.aot` for these variants.
 """
 
 from __future__ import annotations

@@ -66,8 +66,8 @@ def get_config(arg: str = ""):
   c = common.base()
   c.model.path = DEFAULT_MODEL_DIR
   # Unrolled layers (the ModelConfig default): on this CPU scanned layers start the first RL step
-  # in 0.48x the time but make every later step 1.10x slower (benchmarks/README.md,
-  # "scan_layers.py", the quiet run), and `model.scan_layers` is on only where it is not slower
+  # in 0.48x the time but make every later step 1.10x slower (docs/research/scan-layers.md,
+  # the quiet run), and `model.scan_layers` is on only where it is not slower
   # in steady state. `--config.model.scan_layers=True` trades the steps for the start-up.
   c.tokenizer.kind = "hf"
   c.task.update(name="gsm_symbolic", train_size=200, eval_size=8, chat_template=True,

@@ -7,7 +7,7 @@ llama-cpp-python from source):
   python -m rl_jax.models.convert_gguf --out runs/models/smollm2-135m-instruct
   python -m experiments.run --config=experiments/configs/smollm2_learns.py --workdir=runs/learns
 
-Why this task (experiments/README.md, "SmolLM2 learns", has the zero-shot survey): reasoning-gym
+Why this task (docs/research/smollm2-learns.md has the zero-shot survey): reasoning-gym
 `chain_sum` with two terms of one or two digits (`State the final answer to the following
 arithmetic problem: 37 + 8 =`), as the user turn of SmolLM2's chat template. The model as it
 ships answers in a sentence ('The answer to this arithmetic problem is 45.'), so the answer is
@@ -22,14 +22,14 @@ DAPO and TRL's default beta). GRPO, group std scaling, PPO clip 0.2, token-mean 
 constant 1e-5 (betas 0.9 / 0.99, no weight decay), gradient clip 1.0; 30 steps of 8 prompts x 8
 samples (G = 8: at p ~ 0.07 a group of 4 is all-wrong 75% of the time, of 8 about half), 48 new
 tokens at most (completions averaged 19-31 tokens in the runs), float32, `scan_layers` (the first
-step starts sooner; on the 2-core CPU each later step takes about 1.1x, benchmarks/README.md
-"scan_layers.py"; kept because the results below were made with it). A pilot at lr 1e-5 raised
-held-out greedy accuracy from 0.175 to 0.325 in 10 steps (the only learning rate tried; smollm2.py's
-1e-6 was not). Held-out: 500 problems (pinned `task.seed=0`, so every seed sees the same set),
+step starts sooner; on the 2-core CPU each later step takes about 1.1x,
+docs/research/scan-layers.md; kept because the results below were made with it). A pilot at lr
+1e-5 raised held-out greedy accuracy from 0.175 to 0.325 in 10 steps (the only learning rate
+tried; smollm2.py's 1e-6 was not). Held-out: 500 problems (pinned `task.seed=0`, so every seed sees the same set),
 greedy and one sample each before and after RL; every 5 steps greedy on 200 of them
 (`rl.eval_subset`).
 
-Measured (experiments/README.md, "A real LM learns", and benchmarks/README.md, "learn_parity"):
+Measured (docs/research/smollm2-learns.md and docs/research/learn-parity.md):
 on the 2-core CPU, held-out greedy accuracy went from 0.162 to 0.458 / 0.444 (seeds 0 / 1) in
 28 / 32 minutes with other jobs sharing the machine, peak memory about 11.7 GB. On one H200,
 the 30 steps took 0.155 s each (TRL's GRPOTrainer on the same run: 1.65 s), and held-out greedy

@@ -18,7 +18,7 @@ The `*_pool*` variants draw from a fixed random pool of 1,000 train problems (`r
 that prompts repeat and selection has history; they are compared with uniform runs on the same
 pool (`uniform_g8_pool1k`, `uniform_g4_pool1k`).
 
-Run on 2026-11-25 (experiments/README.md, "Allocation on the proving ground, 3 seeds"): every
+Run on 2026-11-25 (docs/research/allocation.md): every
 variant but uniform_g8_pool1k on seeds 0-2, all from the ladder's one SFT policy (`sft.seed = 0`; the launcher shares
 it), with `--config.eval.num_samples=1`.
 

@@ -35,7 +35,7 @@ learning rate and seeds, on the dev set:
   oracle_knapsack_p16_min1_lr4e5 both.
   oracle_knapsack_min1_mc64_lr4e5  min_n = 1 with 64 Monte Carlo samples a prompt for the prior.
   grpo_p16_g8_lr4e5              p16's control: 16 prompts x 8 rows, uniform.
-Results: experiments/README.md, "Proving ground v2". Alpha 2 and 4 did not beat alpha 1; the
+Results: docs/research/ground-v2.md. Alpha 2 and 4 did not beat alpha 1; the
 fallback never acted (identical runs); 150 steps narrowed the process reward's gain; 4e-5 widened
 it (+0.079 mean against +0.045 at 1e-4) and left Knapsack's level (+0.014 against +0.008), so
 ladder2.py now has 4e-5. At 4e-5 Knapsack gained most with min_n = 1 (+0.027 on dev, +0.026 and

@@ -19,7 +19,7 @@ Variants:
   latr        LATR leaves + independent samples by the math mix schedule, G = 8.
   eptree      EPTree (M, N, L, T) = (2, 1, 1, 3): 8 leaves per prompt, GRPO over them, fork
               points in the second half of each chain (min_prefix_fraction 0.5, where forks
-              share the longest prefixes; benchmarks/README.md, tree.py).
+              share the longest prefixes; docs/research/tree-bench.md).
 """
 
 from __future__ import annotations

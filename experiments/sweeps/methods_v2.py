@@ -24,7 +24,7 @@ baselines again (`ground_v2 --variants=grpo_g4`), unless it reproduces a finishe
 then `--baseline` names a variant it has and `experiments.merge_reports` joins the two
 machines' reports by seed. The report is `experiments.report` over both directories with each
 variant's family oracle (`--oracle=METHOD:ORACLE`, the share of the oracle's gain recovered);
-experiments/README, "Which method helps, and how much", has the table.
+docs/research/methods-v2.md has the table.
 
 Process rewards (oracle: `oracle_prm`, PAV with a perfect prover):
   pav_bok4_a1, pav_bok4_a2  PAV (docs/algorithms.md §5.1) with a PRM fitted on Monte Carlo labels of
@@ -47,10 +47,11 @@ Process rewards (oracle: `oracle_prm`, PAV with a perfect prover):
 Rollout engines (oracle: `oracle_treepo`, TreePO cut at step boundaries):
   echo_measured      ECHO (§3.5) with its branch thresholds set from the entropies measured at this
                      task's decisions (`experiments.echo_survey` on the shared SFT policy,
-                     experiments/README "ECHO's thresholds, measured"): the policy's result tokens
-                     of carrying steps have a median entropy near 0.7 nats (a 0.6/0.4 choice) and
-                     its copying tokens below 0.01, so H_high 0.3 (H_low 0); its windowed
-                     confidence C^G does not separate the two, so the confidence test is off
+                     docs/research/methods-v2.md, ECHO's thresholds as measured): the policy's
+                     result tokens of carrying steps have a median entropy near 0.7 nats (a
+                     0.6/0.4 choice) and its copying tokens below 0.01, so H_high 0.3 (H_low 0);
+                     its windowed confidence C^G does not separate the two, so the confidence
+                     test is off
                      (c_b 20.8, above any C_t: -log 1e-9 = 20.7); a carry is a choice of two, so
                      at most 2 branches, and children may branch at their own next decision
                      (`nested`); the prune rule cut right and wrong completions alike, so it is off.
@@ -300,7 +301,8 @@ FAMILY_ORACLES = ("oracle_knapsack_pool", "oracle_v05_eq", "oracle_v05_g8")
 GROUND = ("grpo_g4", "grpo_g8", "oracle_prm", "oracle_treepo")
 
 
-# Settings the dev screen did not pick (seeds 0-2 only; experiments/README has their numbers).
+# Settings the dev screen did not pick (seeds 0-2 only; docs/research/methods-v2.md has their
+# numbers).
 SCREENED_OUT = ("pav_bok4_a2",)
 
 

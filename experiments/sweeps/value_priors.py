@@ -24,7 +24,7 @@ and in the extra rounds:
                   few of the 30,000 train problems repeat within 75 x 32 draws, so it is close
                   to global_mean).
 
-Run on 2026-11-25 (experiments/README.md, "Value priors"): v05_g4 and v05_nmax4_g4 on seeds 0-2,
+Run on 2026-11-25 (docs/research/value-priors.md): v05_g4 and v05_nmax4_g4 on seeds 0-2,
 v05_g4_global on seed 0; v05_g4_history not run.
 """
 

@@ -17,7 +17,7 @@ run as:
                     Triton kernel ran 3.3-10x slower than materialized logits over every block
                     size tried, while the tiled XLA loops with the 'gpu_xla' tiles ran at 1.28x
                     (float32) and 0.82x (bfloat16) with 8% and 6% of the temporary memory
-                    (benchmarks/README.md), so GPUs get the XLA loops unless impl='pallas'.
+                    (docs/research/logprob-gpu.md), so GPUs get the XLA loops unless impl='pallas'.
 
 Block sizes: `block_sizes=None` takes the tuned entry of `block_sizes.TUNED` for the platform and
 dtype; see `block_sizes.py` for how to pick them on a GPU or TPU. block_n is clipped to the

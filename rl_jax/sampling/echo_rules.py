@@ -20,7 +20,7 @@ Note: with k ≥ 5 renormalised tokens, C_t('neg_logp') ≥ ln 5 ≈ 1.61 (Jense
 probabilities sum to at most 1), so the reference thresholds c_b = 1.2, c_p = 0.4 and
 C^tail ≤ 1.0 can never hold; C_t('prob') ≤ 0.2, so c_p = 0.4 prunes every row at its first step.
 The defaults keep the reference's numbers (its released scripts run with branching off); a run
-that wants ECHO's branching sets the thresholds (experiments/README.md).
+that wants ECHO's branching sets the thresholds (docs/research/rollout-engines-v1.md).
 """
 
 from __future__ import annotations

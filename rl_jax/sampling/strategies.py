@@ -9,7 +9,7 @@ comparable across strategies.
 Tokens are drawn by inverse-CDF sampling, one uniform per row, over vocabulary blocks (pick a block
 by its cumulative mass, then a token inside it). That is exact in law and costs one pass over the
 vocabulary; `jax.random.categorical` (Gumbel-max) draws V random numbers per row, which took 4x
-longer than the whole inverse-CDF draw at SmolLM2's V = 49152 on CPU (benchmarks/README.md).
+longer than the whole inverse-CDF draw at SmolLM2's V = 49152 on CPU (docs/research/peers.md).
 """
 
 from __future__ import annotations

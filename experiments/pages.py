@@ -1,0 +1,452 @@
+"""The generated pages: README.md's results block, docs/results.md and docs/benchmarks.md, from
+committed JSON only.
+
+    python -m experiments.pages [--root=DIR]
+
+In: the report JSONs of `experiments/sweeps/` (experiments.report / merge_reports layout: a
+`variants` list of objects with `name`) and the benchmark readings of `benchmarks/results/*.json`
+(`benchmark`, `date`, `machine`, `command`, optional `status`, `result` and `rows`).
+Out: README.md with the lines between `<!-- results:begin -->` and `<!-- results:end -->`
+replaced (an error, one line, if either marker is missing), docs/results.md, docs/benchmarks.md.
+Nothing else is read, so regenerating from the same JSON gives the same bytes
+(tests/test_pages.py checks the committed pages against a fresh render).
+
+Every number names its source as `FILE: KEY`. KEY is a path into FILE's JSON: dots separate keys,
+`variants[NAME]` is the variant whose `name` is NAME, `rows[NAME]` the row whose `name` is NAME,
+`gates[I]` the I-th gate. A KEY that holds a list [mean, ci95] prints as `mean ± ci95`; a KEY
+that holds a number x whose sibling `x_ci95` exists prints as `x ± x_ci95`.
+
+What the rows are is data, not text: FINDINGS (one `Finding` per number of the method tables)
+and HEADLINE (which of them make the README's table). A later study (a replication with several
+SFT draws) adds Findings whose `sft_draws` is above 1; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import re
+
+from absl import app, flags
+
+from experiments import cli
+
+BEGIN = "<!-- results:begin -->"
+END = "<!-- results:end -->"
+SWEEPS = "experiments/sweeps"
+BENCH = "benchmarks/results"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+  """One number of the method tables.
+
+  `kind`: 'delta' (`variants[variant].paired_delta.<baseline>`, paired over the seeds both
+  variants ran), 'share' (`variants[variant].recovered_share` ± `_ci95`, over
+  `recovered.seeds`) or 'from_to' (`keys` = (before, after) of `variants[variant]`, over its
+  `seeds`). `sft` names the SFT draw(s) the runs started from; `sft_draws` counts them.
+  """
+  id: str
+  family: str
+  method: str
+  measure: str
+  report: str
+  variant: str
+  kind: str
+  baseline: str = ""
+  keys: tuple[str, ...] = ()
+  sft: str = "first"
+  sft_draws: int = 1
+  wording: str = ""
+
+
+def _d(id_, family, method, report, variant, baseline, measure, sft="first", wording=""):
+  return Finding(id_, family, method, measure, report, variant, "delta", baseline=baseline,
+                 sft=sft, wording=wording)
+
+
+def _s(id_, family, method, report, variant, measure, sft="first", wording=""):
+  return Finding(id_, family, method, measure, report, variant, "share", sft=sft,
+                 wording=wording)
+
+
+M = "methods_v2_merged_report.json"
+E = "methods_v2_engines_report.json"
+G = "ground_v2_report.json"
+DEF = "default_experiment_report.json"
+VS4, VS8 = "Δ test acc. vs GRPO G = 4", "Δ test acc. vs GRPO G = 8"
+VS4P, VS8P = "Δ vs GRPO G = 4 on the pool", "Δ vs GRPO G = 8 on the pool"
+SHARE = "share of the oracle's gain"
+
+FINDINGS: tuple[Finding, ...] = (
+    Finding("default", "default experiment", "GRPO after SFT on flawed demonstrations",
+            "held-out greedy acc., SFT -> RL", DEF, "default_seed0_2026-11-25", "from_to",
+            keys=("sft_accuracy", "rl_accuracy"), sft="its own",
+            wording="RL fixes the carry class that SFT gets wrong"),
+    _d("g8", "budget", "GRPO G = 8", G, "grpo_g8", "grpo_g4", VS4),
+    _d("g16", "budget", "GRPO G = 16", G, "grpo_g16", "grpo_g4", VS4),
+    _d("oracle_prm", "process reward", "oracle: PAV with a perfect prover (`oracle_prm`)", G,
+       "oracle_prm", "grpo_g4", VS4,
+       wording="the process-reward family has headroom"),
+    _d("oracle_prm_r", "process reward", "oracle: PAV with a perfect prover (`oracle_prm`)", E,
+       "oracle_prm", "grpo_g4", VS4, sft="retrained"),
+    _d("pav", "process reward", "PAV, best-of-4 Monte Carlo PRM (`pav_bok4_a1`)", M,
+       "pav_bok4_a1", "grpo_g4", VS4, wording="helps, on every seed"),
+    _s("pav_share", "process reward", "PAV, best-of-4 Monte Carlo PRM (`pav_bok4_a1`)", M,
+       "pav_bok4_a1", SHARE, wording="recovers under half of the oracle's gain"),
+    _d("pav_r", "process reward", "PAV, best-of-4 Monte Carlo PRM (`pav_bok4_a1`)", E,
+       "pav_bok4_a1", "grpo_g4", VS4, sft="retrained"),
+    _s("pav_share_r", "process reward", "PAV, best-of-4 Monte Carlo PRM (`pav_bok4_a1`)", E,
+       "pav_bok4_a1", SHARE, sft="retrained"),
+    _d("pav_g8", "process reward", "PAV at G = 8's rows (`pav_g8`)", M, "pav_g8", "grpo_g8", VS8),
+    _s("pav_truth", "process reward", "PAV with a truth-label PRM (`pav_truth_a1`; a ceiling, "
+       "not a method)", M, "pav_truth_a1", SHARE),
+    _d("prime", "process reward", "PRIME at the reference's rate ratio (`prime_ratio`)", M,
+       "prime_ratio", "grpo_g4", VS4, wording="collapses"),
+    _d("knapsack", "allocation", "Knapsack RL (`knapsack_buf16`)", M, "knapsack_buf16",
+       "grpo_g4_pool", VS4P),
+    _s("knapsack_share", "allocation", "Knapsack RL (`knapsack_buf16`)", M, "knapsack_buf16",
+       SHARE, wording="the largest share of the oracle allocator's gain, on a revisited pool"),
+    _d("knapsack_full", "allocation", "Knapsack RL (`knapsack_buf16`)", M, "knapsack_buf16",
+       "grpo_g4", VS4 + " (full train set)", wording="the pool costs more than it wins back"),
+    _s("xrpo_share", "allocation", "XRPO (`xrpo_pool`)", M, "xrpo_pool", SHARE),
+    _d("dars", "allocation", "DARS, Hardness Weighted (`dars_hw_pool`)", M, "dars_hw_pool",
+       "grpo_g4_pool", VS4P),
+    _s("vade_share", "data selection", "VADE (`vade_pool`)", M, "vade_pool", SHARE),
+    _s("insight_share", "data selection", "InSight (`insight_pool`)", M, "insight_pool", SHARE),
+    _d("knapsack_g8", "allocation", "Knapsack RL at G = 8's rows (`knapsack_g8_pool`)", M,
+       "knapsack_g8_pool", "grpo_g8_pool", VS8P),
+    _d("insight_g8", "data selection", "InSight at G = 8's rows (`insight_g8_pool`)", M,
+       "insight_g8_pool", "grpo_g8_pool", VS8P),
+    _d("v05", "value prior", "V0.5 with V0's prior (`v05_v0_eq`)", M, "v05_v0_eq", "grpo_g4",
+       VS4, wording="hurts at G = 4's rows"),
+    _d("v05_oracle", "value prior", "oracle: V0.5 with the Monte Carlo prior (`oracle_v05_eq`)",
+       M, "oracle_v05_eq", "grpo_g4", VS4),
+    _d("v05_g8", "value prior", "V0.5 with V0's prior at G = 8's rows (`v05_v0_g8`)", M,
+       "v05_v0_g8", "grpo_g8", VS8),
+    _d("echo", "rollout engine", "ECHO with measured thresholds (`echo_measured`)", M,
+       "echo_measured", "grpo_g4", VS4),
+    _d("oracle_treepo", "rollout engine", "oracle: TreePO cut at step boundaries "
+       "(`oracle_treepo`)", M, "oracle_treepo", "grpo_g4", VS4),
+    _d("latr_p64", "rollout engine", "LATR, 64 prompts x 4 (`latr_p64`)", M, "latr_p64",
+       "grpo_g4", VS4),
+    _d("latr_p64_g8", "rollout engine", "LATR, 64 prompts x 4 (`latr_p64`)", M, "latr_p64",
+       "grpo_g8", VS8, wording="above G = 8 with half its rollout tokens"),
+    _d("latr_p64_r", "rollout engine", "LATR, 64 prompts x 4 (`latr_p64`)", E, "latr_p64",
+       "grpo_g4", VS4, sft="retrained"),
+    _d("latr_p64_g8_r", "rollout engine", "LATR, 64 prompts x 4 (`latr_p64`)", E, "latr_p64",
+       "grpo_g8", VS8, sft="retrained"),
+    _d("latr_g4_r", "rollout engine", "LATR, the reference's math settings (`latr_g4`)", E,
+       "latr_g4", "grpo_g4", VS4, sft="retrained"),
+    _d("eptree_r", "rollout engine", "EPTree (`eptree_g4`)", E, "eptree_g4", "grpo_g4", VS4,
+       sft="retrained"),
+    _d("arrol_r", "rollout engine", "ARRoL (`arrol_g4`)", E, "arrol_g4", "grpo_g4", VS4,
+       sft="retrained"),
+    _d("treepo_r", "rollout engine", "TreePO, fixed segments (`treepo_fixed`)", E,
+       "treepo_fixed", "grpo_g4", VS4, sft="retrained"),
+    _d("april_r", "rollout engine", "APRIL (`april_g4`)", E, "april_g4", "grpo_g4", VS4,
+       sft="retrained"),
+    _d("recipe_latr_pav", "recipe", "LATR 64 x 4 + PAV (`recipe_latr_pav`)", M,
+       "recipe_latr_pav", "grpo_g8", VS8),
+    _d("recipe_knapsack_pav", "recipe", "Knapsack + PAV on the pool (`recipe_knapsack_pav`)", M,
+       "recipe_knapsack_pav", "grpo_g4", VS4),
+)
+
+# The README's table: the headline findings, in this order.
+HEADLINE = ("oracle_prm", "pav", "pav_share", "latr_p64", "latr_p64_g8", "knapsack_share",
+            "insight_share", "v05", "default")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading JSON by key path.
+
+_PART = re.compile(r"([^.\[\]]+)(?:\[([^\]]+)\])?")
+
+
+def split_key(key: str) -> list[tuple[str, str | None]]:
+  """'variants[a.b].paired_delta.x' -> [('variants', 'a.b'), ('paired_delta', None), ('x', None)]."""
+  parts, i = [], 0
+  while i < len(key):
+    m = _PART.match(key, i)
+    if not m:
+      raise ValueError(f"bad key path {key!r}")
+    parts.append((m.group(1), m.group(2)))
+    i = m.end() + 1  # the dot
+  return parts
+
+
+def lookup(data, key: str):
+  """The value at `key` (module docstring's syntax) in `data`; KeyError naming the key."""
+  node = data
+  for name, index in split_key(key):
+    if not isinstance(node, dict) or name not in node:
+      raise KeyError(f"{key}: no {name!r}")
+    node = node[name]
+    if index is not None:
+      if index.isdigit() and isinstance(node, list) and not any(
+          isinstance(x, dict) and x.get("name") == index for x in node):
+        node = node[int(index)]
+      else:
+        hits = [x for x in node if isinstance(x, dict) and x.get("name") == index]
+        if len(hits) != 1:
+          raise KeyError(f"{key}: {len(hits)} entries named {index!r}")
+        node = hits[0]
+  return node
+
+
+def value_pair(data, key: str) -> tuple[float, float | None]:
+  """(value, ci95) at `key`: a [mean, ci95] list, or a number and its `_ci95` sibling."""
+  v = lookup(data, key)
+  if isinstance(v, list):
+    return float(v[0]), (None if v[1] is None else float(v[1]))
+  head, _, last = key.rpartition(".")
+  sibling = f"{head}.{last}_ci95" if head else f"{last}_ci95"
+  try:
+    ci = lookup(data, sibling)
+  except KeyError:
+    ci = None
+  return float(v), (None if ci is None else float(ci))
+
+
+def load(root: str, name: str) -> dict:
+  path = os.path.join(root, SWEEPS, name)
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (OSError, json.JSONDecodeError) as e:
+    raise ValueError(f"cannot read {SWEEPS}/{name} ({e})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# One finding -> its cells.
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  text: str  # the value as printed
+  seeds: int
+  source: str  # `FILE: KEY`
+
+
+def _seed_ids(data, variant):
+  v = lookup(data, f"variants[{variant}]")
+  return set(v.get("seed_ids") or [int(s) for s in v.get("test_accuracy_by_seed", {})])
+
+
+def cell(root: str, f: Finding) -> Cell:
+  """The printed value, its number of seeds and its source, read from f.report."""
+  data = load(root, f.report)
+  base = f"variants[{f.variant}]"
+  if f.kind == "delta":
+    key = f"{base}.paired_delta.{f.baseline}"
+    mean, ci = value_pair(data, key)
+    seeds = len(_seed_ids(data, f.variant) & _seed_ids(data, f.baseline))
+    return Cell(f"{mean:+.3f} ± {ci:.3f}", seeds, f"{f.report}: {key}")
+  if f.kind == "share":
+    key = f"{base}.recovered_share"
+    share, ci = value_pair(data, key)
+    seeds = int(lookup(data, f"{base}.recovered.seeds"))
+    text = f"{share:.2f} ± {ci:.2f}" if ci is not None else f"{share:.2f}, not resolved"
+    return Cell(text, seeds, f"{f.report}: {key}")
+  if f.kind == "from_to":
+    a, b = (lookup(data, f"{base}.{k}") for k in f.keys)
+    keys = " -> ".join(f"{base}.{k}" for k in f.keys)
+    return Cell(f"{a:.3f} -> {b:.3f}", int(lookup(data, f"{base}.seeds")),
+                f"{f.report}: {keys}")
+  raise ValueError(f"finding {f.id}: unknown kind {f.kind!r}")
+
+
+def _sft(f: Finding) -> str:
+  draws = "one draw" if f.sft_draws == 1 else f"{f.sft_draws} draws"
+  return f"{f.sft} ({draws})"
+
+
+def _row(cells):
+  return "| " + " | ".join(cells) + " |"
+
+
+def findings_table(root: str, findings, wording: bool) -> list[str]:
+  head = ["finding", "value (± 95% interval)", "seeds", "SFT", "source"]
+  lines = [_row(head), _row(["---"] * len(head))]
+  for f in findings:
+    c = cell(root, f)
+    name = f"{f.method}: {f.measure}" + (f"; {f.wording}" if wording and f.wording else "")
+    lines.append(_row([name, c.text, str(c.seeds), _sft(f), f"`{c.source}`"]))
+  return lines
+
+
+def by_id(ids):
+  table = {f.id: f for f in FINDINGS}
+  missing = [i for i in ids if i not in table]
+  if missing:
+    raise ValueError(f"HEADLINE names no finding {missing}")
+  return [table[i] for i in ids]
+
+
+# ---------------------------------------------------------------------------------------------
+# The three outputs.
+
+def readme_block(root: str) -> str:
+  """The lines between the README's markers (markers excluded), ending in a newline."""
+  lines = ["", "What helps on the proving ground (test accuracy, paired over seeds; ± is the 95% "
+           "interval). Every finding rests on ONE SFT draw; the column says which.", ""]
+  lines += findings_table(root, by_id(HEADLINE), wording=True)
+  lines += ["", "Generated by `python -m experiments.pages` from the cited report JSON; every "
+            "method, both SFT draws and the benchmarks: [docs/results.md](docs/results.md), "
+            "[docs/benchmarks.md](docs/benchmarks.md).", ""]
+  return "\n".join(lines) + "\n"
+
+
+def splice(readme: str, block: str) -> str:
+  """`readme` with the text between its marker lines replaced by `block`."""
+  lines = readme.splitlines(keepends=True)
+  starts = [i for i, l in enumerate(lines) if l.strip() == BEGIN]
+  ends = [i for i, l in enumerate(lines) if l.strip() == END]
+  if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
+    raise ValueError(f"README.md needs one line {BEGIN} and, after it, one line {END} "
+                     f"(found {len(starts)} and {len(ends)})")
+  return "".join(lines[:starts[0] + 1]) + block + "".join(lines[ends[0]:])
+
+
+def _report_status(root: str) -> list[str]:
+  lines = [_row(["report", "status"]), _row(["---", "---"])]
+  for path in sorted(glob.glob(os.path.join(root, SWEEPS, "*_report.json"))):
+    name = os.path.basename(path)
+    data = load(root, name)
+    status = data.get("status", "not marked")
+    if data.get("superseded_by"):
+      status += f" by `{SWEEPS}/{data['superseded_by']}`"
+    lines.append(_row([f"`{SWEEPS}/{name}`", status]))
+  return lines
+
+
+def _acc(root: str, report: str, variant: str = "grpo_g4") -> str:
+  """A variant's mean test accuracy with its source, as prose."""
+  key = f"variants[{variant}].test_accuracy"
+  return f"{lookup(load(root, report), key):.3f} (`{report}: {key}`)"
+
+
+def results_page(root: str) -> str:
+  out = ["# Results", "",
+         "<!-- Generated by `python -m experiments.pages` from committed JSON; do not edit. -->",
+         "",
+         "Each number is read from the report named in its row, at the key named there "
+         "(`variants[NAME]` is the variant called NAME). ± is the 95% t interval over seeds; "
+         "a share is (method − G = 4) / (oracle − G = 4) with its delta-method interval. "
+         "The proving ground, its oracles and how each table was measured: "
+         "[the research log](research/index.md).", "",
+         "**Every finding here rests on one SFT draw.** The runs of a row start from one SFT "
+         "policy, and a second SFT draw (the \"retrained\" one, made by the same code on "
+         f"another machine) moved GRPO G = 4's test accuracy from {_acc(root, M)} to "
+         f"{_acc(root, E)}. The \"first\" SFT is ground v2's (the ground_v2 and "
+         "methods_v2 tables); the \"retrained\" one is the engines' table's. PAV, the oracle "
+         "process reward and LATR over 64 prompts were measured from both, separately; no "
+         "difference is ever taken across the two.", "",
+         "## Headline", ""]
+  out += findings_table(root, by_id(HEADLINE), wording=True)
+  families = list(dict.fromkeys(f.family for f in FINDINGS))
+  out += ["", "## Every method, by family", ""]
+  for family in families:
+    out += [f"### {family[0].upper() + family[1:]}", ""]
+    out += findings_table(root, [f for f in FINDINGS if f.family == family], wording=True)
+    out.append("")
+  gates = load(root, G).get("gates", [])
+  out += ["## The proving ground's gates (ground v2)", "",
+          _row(["gate", "measured", "seeds", "met", "source"]), _row(["---"] * 5)]
+  for i, g in enumerate(gates):
+    v = g["value"]
+    text = f"{v[0]:+.3f} ± {v[1]:.3f}" if isinstance(v, list) else f"{v:.3f}"
+    out.append(_row([g["gate"], text, str(g["seeds"]), "yes" if g["met"] else "**no**",
+                     f"`{G}: gates[{i}].value`"]))
+  out += ["", "## Reports and their status", ""] + _report_status(root) + [""]
+  return "\n".join(out)
+
+
+def _fmt(v) -> str:
+  if isinstance(v, bool):
+    return "yes" if v else "no"
+  if isinstance(v, float):
+    return f"{v:.6g}"
+  if isinstance(v, list):
+    return ", ".join(_fmt(x) for x in v)
+  return str(v)
+
+
+def _flatten(d, prefix=""):
+  for k, v in d.items():
+    path = f"{prefix}.{k}" if prefix else k
+    if isinstance(v, dict):
+      yield from _flatten(v, path)
+    elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+      for i, x in enumerate(v):
+        yield from _flatten(x, f"{path}[{i}]")
+    else:
+      yield path, v
+
+
+def benchmarks_page(root: str) -> str:
+  out = ["# Benchmarks", "",
+         "<!-- Generated by `python -m experiments.pages` from committed JSON; do not edit. -->",
+         "",
+         "One section per measured reading, transcribed from the benchmark's printed JSON line "
+         "or table into `benchmarks/results/`. Absolute CPU times on a shared 2-core machine "
+         "mean little; read the ratios, which come from one run. Every value is the file's key "
+         "named in its row or column (`rows[NAME].COLUMN`).", ""]
+  paths = sorted(glob.glob(os.path.join(root, BENCH, "*.json")))
+  for path in paths:
+    name = os.path.basename(path)
+    with open(path) as f:
+      data = json.load(f)
+    status = data.get("status", "current")
+    if data.get("superseded_by"):
+      status += f" by `{BENCH}/{data['superseded_by']}`"
+    out += [f"## {data['benchmark']}: {name[:-5]}", "",
+            f"- date: {data['date']}; status: {status}", f"- machine: {data['machine']}"]
+    if data.get("code"):
+      out.append(f"- code: {data['code']}")
+    if data.get("note"):
+      out.append(f"- note: {data['note']}")
+    out += [f"- source: `{BENCH}/{name}`", "", "```", data["command"], "```", ""]
+    if data.get("rows"):
+      cols = list(dict.fromkeys(k for r in data["rows"] for k in r if k != "name"))
+      out += [_row(["rows[NAME]"] + cols), _row(["---"] * (len(cols) + 1))]
+      for r in data["rows"]:
+        out.append(_row([r["name"]] + [_fmt(r[c]) if c in r else "" for c in cols]))
+      out.append("")
+    if data.get("result"):
+      out += [_row(["key", "value"]), _row(["---", "---"])]
+      for k, v in _flatten(data["result"]):
+        out.append(_row([f"`result.{k}`", _fmt(v)]))
+      out.append("")
+  return "\n".join(out)
+
+
+def render(root: str) -> dict[str, str]:
+  """{relative path: text} of the three outputs, from the JSON under `root`."""
+  readme_path = os.path.join(root, "README.md")
+  try:
+    with open(readme_path) as f:
+      readme = f.read()
+  except OSError as e:
+    raise ValueError(f"cannot read README.md ({e})") from None
+  return {"README.md": splice(readme, readme_block(root)),
+          "docs/results.md": results_page(root),
+          "docs/benchmarks.md": benchmarks_page(root)}
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  root = _ROOT.value
+  pages = render(root)
+  os.makedirs(os.path.join(root, "docs"), exist_ok=True)
+  for rel, text in pages.items():
+    with open(os.path.join(root, rel), "w") as f:
+      f.write(text)
+  print(" ".join(sorted(pages)))
+
+
+if __name__ == "__main__":
+  _ROOT = flags.DEFINE_string("root", ".", "The repository's root (pages are written there).")
+  cli.run(main)
