@@ -76,7 +76,8 @@ def test_install_cell_installs_rl_jax_beside_a_clone_named_rl_jax(tmp_path):
   clone = work / "rl_jax"
   _clone(clone)
   python, site = _fresh_venv(tmp_path)
-  env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "RL_JAX_SOURCE"))}
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(("PIP_", "RL_JAX_SOURCE", "PYTHONPATH"))}
   env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
              PIP_CACHE_DIR=str(tmp_path / "pip_cache"),
              # pip's boolean variables set the option's destination: "0" turns isolation off, so
