@@ -67,6 +67,7 @@ setuptools.setup(
     name="rl_jax",
     version="0.1.0",
     description="JAX-native RL with verifiable rewards (RLVR) for language models.",
+    license="Apache-2.0",
     python_requires=">=3.11",
     packages=setuptools.find_packages(include=["rl_jax*", "kernels*", "experiments*"]),
     install_requires=CORE,
