@@ -14,6 +14,7 @@ import json
 
 from absl import app, flags, logging
 
+from experiments import cli
 from rl_jax.tools import echo_survey
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's work dir (a ladder run).")
@@ -54,5 +55,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["workdir"])
-  app.run(main)
+  cli.run(main, required=("workdir",))

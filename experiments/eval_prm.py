@@ -15,6 +15,7 @@ import os
 
 from absl import app, flags, logging
 
+from experiments import cli
 from rl_jax import workdir as workdir_lib
 from rl_jax.tools import judge_prm, train_prm
 
@@ -43,5 +44,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["workdir"])
-  app.run(main)
+  cli.run(main, required=("workdir",))

@@ -15,6 +15,7 @@ import os
 
 from absl import app, flags, logging
 
+from experiments import cli
 from rl_jax.tools import train_prm
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's work dir.")
@@ -52,5 +53,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["workdir"])
-  app.run(main)
+  cli.run(main, required=("workdir",))

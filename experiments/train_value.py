@@ -19,6 +19,8 @@ import json
 import os
 
 from absl import app, flags, logging
+
+from experiments import cli
 from ml_collections import config_flags
 
 from rl_jax import workdir as workdir_lib
@@ -58,5 +60,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["history", "workdir"])
-  app.run(main)
+  cli.run(main, required=("history", "workdir"))
