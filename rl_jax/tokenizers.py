@@ -305,7 +305,8 @@ class HFTokenizer:
     `raise_exception`, `strftime_now`; the special tokens as variables).
 
     Raises:
-      ValueError: the tokenizer has no chat template.
+      ValueError: the tokenizer has no chat template, or the template raises on the messages
+        (Gemma's refuses a system turn; the message names the roles).
       ImportError: jinja2 is not installed.
     """
     if self.chat_template is None:
@@ -334,8 +335,14 @@ class HFTokenizer:
     env.filters["tojson"] = tojson
     env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
     variables = {**self.special_tokens, **kwargs}
-    return env.from_string(self.chat_template).render(
-        messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
+    try:
+      return env.from_string(self.chat_template).render(
+          messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
+    except jinja2.exceptions.TemplateError as e:  # e.g. Gemma's: 'System role not supported'
+      roles = [m.get("role") for m in messages]
+      raise ValueError(f"the chat template of {self.path!r} refused messages with roles {roles} "
+                       f"({e}); a template without a system role takes no "
+                       "config.tokenizer.system_prompt") from None
 
   def apply_chat_template(self, messages: Sequence[Dict[str, Any]],
                           add_generation_prompt: bool = True, **kwargs: Any) -> List[int]:
