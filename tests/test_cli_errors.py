@@ -115,6 +115,9 @@ def test_math_task_and_chat_template_checks(smoke_config, tmp_path):
   with pytest.raises(config_check.ConfigError, match=r"its fields are \['problem', 'solution'\]"):
     config_check.check(smoke_config)
   _math_task(smoke_config, path=str(path), question_key="problem", answer_key="solution")
+  with pytest.raises(config_check.ConfigError, match="demo_noise=0.6: the 'math' task has no"):
+    config_check.check(smoke_config)  # default.py:smoke's noisy chain_sum demonstrations
+  smoke_config.task.demo_noise = 0.0
   config_check.check(smoke_config)
   smoke_config.tokenizer.system_prompt = "Be brief."
   with pytest.raises(config_check.ConfigError, match="set config.task.chat_template=True"):

@@ -110,14 +110,17 @@ def check_model(config: ml_collections.ConfigDict) -> None:
 
 def check_task(config: ml_collections.ConfigDict) -> None:
   """The `math` task's options (`math_tasks.check_options`: names, source, answer format, a
-  JSONL file that exists and holds the named fields) and the chat-template settings of the
-  tokenizer (`tokenizer.system_prompt`, `tokenizer.template_kwargs` need `task.chat_template`)."""
+  JSONL file that exists and holds the named fields; no demo_noise) and the chat-template
+  settings (`tokenizer.system_prompt`, `tokenizer.template_kwargs` need `task.chat_template`)."""
   task = _get(config, "task")
   if task is not _MISSING and task.get("name") == "math":
     try:
       math_tasks.check_options(task.get("options"))
     except (ValueError, FileNotFoundError) as e:
       raise ConfigError(str(e)) from e
+    if task.get("demo_noise"):
+      raise ConfigError(f"config.task.demo_noise={task.demo_noise!r}: the 'math' task has no "
+                        "noisy demonstrations; expected 0.0")
   tok = _get(config, "tokenizer")
   if tok is _MISSING or task is _MISSING:
     return
