@@ -101,6 +101,14 @@ def gold_answer(answer: str, answer_format: str = "auto") -> str:
   return GOLD_FORMATS[answer_format](answer)
 
 
+def key_of(completion: Any) -> str:
+  """The answer key `check` gives `completion` (maj@k groups by it); '' when none; never raises."""
+  try:
+    return answer_key(parse(after_thinking(completion)))
+  except Exception:  # pylint: disable=broad-except  (a malformed answer has no key)
+    return ""
+
+
 def check(completion: str, gold: str) -> Tuple[bool, str]:
   """(whether `completion`'s answer equals `gold` under math-verify, the answer's key).
 

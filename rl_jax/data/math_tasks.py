@@ -291,6 +291,11 @@ class MathTask(SplitTask):
     thinking block), else 0.0; never raises."""
     return 1.0 if math_answers.check(completion, example.answer)[0] else 0.0
 
+  def answer_key(self, completion: str) -> str:
+    """The canonical text of the completion's answer (`math_answers.key_of`; maj@k groups by
+    it, as `experiments.eval` does on its math sets)."""
+    return math_answers.key_of(completion)
+
   def demonstrations(self, noise: float, rng: np.random.Generator) -> List[TaskExample]:
     """SFT targets: each train problem with answer `\\boxed{gold}` (which `score` accepts).
 

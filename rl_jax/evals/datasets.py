@@ -70,6 +70,8 @@ def task_answer_key(task, completion: Any) -> str:
   """The answer a procedural task reads from a completion (maj@k groups samples by it)."""
   if not isinstance(completion, str):
     return ""
+  if hasattr(task, "answer_key"):  # the math task: math-verify's parse, as on the math sets
+    return task.answer_key(completion)
   if hasattr(task, "check_steps"):  # the ladder: the last non-empty line is the answer
     lines = [line.strip() for line in completion.split("\n") if line.strip()]
     return lines[-1] if lines else ""

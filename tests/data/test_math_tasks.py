@@ -121,6 +121,10 @@ def test_training_reward_and_evaluation_agree():
   np.testing.assert_array_equal(train[:, 1], graded[:, 0])
   # Both verdicts occur, each where it should, so the agreement is not vacuous.
   assert graded[:, 0].tolist() == [float(ok) for _, _, ok in AGREEMENT]
+  # maj@k of the run's held-out set groups a math task's samples by the math sets' answer keys.
+  keys = [datasets.task_answer_key(task, c) for c in completions]
+  assert keys == [math_answers.check(c, g)[1] for c, g, _ in AGREEMENT]
+  assert datasets.task_answer_key(task, "\\boxed{x+1}") == datasets.task_answer_key(task, "$1+x$")
   # The evaluation's child processes (experiments.eval's default) agree too.
   children = math_answers.Checker(workers=1, timeout_s=60.0)([(c, g) for c, g, _ in AGREEMENT])
   assert [float(ok) for ok, _ in children] == train[:, 0].tolist()
