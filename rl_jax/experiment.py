@@ -200,8 +200,9 @@ def chat_args(config: ml_collections.ConfigDict) -> dict:
   absent in configs made before them: '' and {})."""
   tok = config.tokenizer
   kwargs = tok.get("template_kwargs", None)
+  kwargs = kwargs.to_dict() if hasattr(kwargs, "to_dict") else dict(kwargs or {})
   return dict(chat_template=config.task.chat_template, system_prompt=tok.get("system_prompt", ""),
-              template_kwargs=kwargs.to_dict() if hasattr(kwargs, "to_dict") else dict(kwargs or {}))
+              template_kwargs=kwargs)
 
 
 def make_tokenizer(config: ml_collections.ConfigDict, workdir: str,

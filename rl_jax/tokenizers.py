@@ -3,7 +3,7 @@
 `SentencePieceTokenizer` wraps a `.model` file; `HFTokenizer` wraps a Hugging Face
 `tokenizer.json` (and renders its chat template); it needs the optional `tokenizers` package.
 
-Chat prompts as users set them (`config.tokenizer.system_prompt`, `config.tokenizer.template_kwargs`):
+Chat prompts as users set them (`config.tokenizer.system_prompt` and `template_kwargs`):
 `chat_messages` puts an optional system turn before the user turn, and `render_chat` passes
 template arguments through to the Jinja template as transformers' `apply_chat_template` does
 (Qwen3's `enable_thinking=False` closes an empty thinking block in the prompt).
@@ -301,8 +301,9 @@ class HFTokenizer:
     """The chat template applied to `messages` ([{"role": ..., "content": ...}, ...]).
 
     `kwargs` are template variables (`enable_thinking=False` for Qwen3), as in transformers'
-    `apply_chat_template(..., **kwargs)`. Rendering follows transformers (sandboxed Jinja, trim_blocks, lstrip_blocks, `tojson`,
-    `raise_exception`, `strftime_now`; the special tokens as variables).
+    `apply_chat_template(..., **kwargs)`. Rendering follows transformers (sandboxed Jinja,
+    trim_blocks, lstrip_blocks, `tojson`, `raise_exception`, `strftime_now`; the special tokens
+    as variables).
 
     Raises:
       ValueError: the tokenizer has no chat template, or the template raises on the messages

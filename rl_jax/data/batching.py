@@ -19,9 +19,9 @@ def prompt_ids(tokenizer: Tokenizer, text: str, *, chat_template: bool = False,
   `tokenizer.apply_chat_template` with `template_kwargs` as template arguments (SmolLM2: a
   default system turn, the user turn, then `<|im_start|>assistant` and a newline; Qwen3 with
   `enable_thinking=False`: an empty thinking block after it). Without `chat_template`,
-  `system_prompt` and `template_kwargs` must be empty. BOS is prepended only when the tokenizer's convention
-  has one (`tokenizer.add_bos`) and the ids do not already start with it (templates such as
-  Llama 3's write it themselves), so no prompt gets two.
+  `system_prompt` and `template_kwargs` must be empty. BOS is prepended only when the
+  tokenizer's convention has one (`tokenizer.add_bos`) and the ids do not already start with it
+  (templates such as Llama 3's write it themselves), so no prompt gets two.
 
   Raises:
     ValueError: `chat_template` is set and the tokenizer has no chat template, or it is not set

@@ -132,7 +132,8 @@ def test_training_reward_and_evaluation_agree():
 
 def test_format_rewards_are_their_own_components():
   ex = data.TaskExample(prompt="p", answer="72", meta={})
-  texts = ["<think>a</think>\\boxed{72}", "\\boxed{71}", "<think>a</think> 72", "<think>\\boxed{72}"]
+  texts = ["<think>a</think>\\boxed{72}", "\\boxed{71}", "<think>a</think> 72",
+           "<think>\\boxed{72}"]
   r = rewards.score_components(None, texts, [ex] * 4, ("math_verify", "boxed", "think_closed"))
   np.testing.assert_array_equal(r, [[1, 1, 1], [0, 1, 0], [1, 0, 1], [0, 0, 0]])
 
