@@ -175,6 +175,28 @@ def test_qwen3_thinking_switch_and_the_answer_after_the_block(tmp_path):
   assert data.extract_answer("<think>\nhmm\n</think>\n\n42\nbecause") == "42"
 
 
+def test_training_and_evaluation_prompts_take_the_config_settings(tmp_path, smoke_config):
+  """`experiment.chat_args` carries the config's settings to the training prompts
+  (`encode_prompts`) and to experiments.eval's (`runner.encode_left_truncated`) alike."""
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  from rl_jax import experiment  # pylint: disable=import-outside-toplevel
+  from rl_jax.data.batching import encode_prompts  # pylint: disable=import-outside-toplevel
+  from rl_jax.evals import runner  # pylint: disable=import-outside-toplevel
+  tok = tokenizers.HFTokenizer(_family_dir(tmp_path, "qwen3"))
+  smoke_config.task.chat_template = True
+  smoke_config.tokenizer.system_prompt = "Be brief."
+  smoke_config.tokenizer.template_kwargs = ml_collections.ConfigDict({"enable_thinking": False})
+  args = experiment.chat_args(smoke_config)
+  assert args == dict(chat_template=True, system_prompt="Be brief.",
+                      template_kwargs={"enable_thinking": False})
+  want = prompt_ids(tok, QUESTION, **args)
+  assert tok.decode(want).startswith("system\nBe brief.")
+  assert tok.decode(want).endswith("<think>\n\n</think>\n\n")
+  train, train_mask = encode_prompts(tok, [QUESTION], **args)
+  evals, _, cut = runner.encode_left_truncated(tok, [QUESTION], 1000, **args)
+  assert train[0][train_mask[0]].tolist() == want == evals[0].tolist() and cut == 0
+
+
 def test_system_prompt_and_arguments_need_the_chat_template(tmp_path):
   tok = tokenizers.HFTokenizer(_family_dir(tmp_path, "qwen3"))
   with pytest.raises(ValueError, match="need chat_template=True"):
