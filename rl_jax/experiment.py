@@ -4,7 +4,8 @@ Two kinds of model: a `config.model` preset with random weights and a SentencePi
 trained on the task (the default), or a Hugging Face checkpoint (`config.model.path`, with
 `config.tokenizer.kind='hf'`): its config.json gives the architecture, its tokenizer.json the
 tokenizer, and `phases.init_params` loads its weights. `config.task.chat_template` wraps every
-prompt as a user turn of the tokenizer's chat template.
+prompt as a user turn of the tokenizer's chat template (after `config.tokenizer.system_prompt`,
+with `config.tokenizer.template_kwargs` as template arguments: `chat_args`).
 """
 
 from __future__ import annotations
@@ -193,6 +194,17 @@ def tfds_train_source(config: ml_collections.ConfigDict, workdir: str, task) -> 
   return source
 
 
+def chat_args(config: ml_collections.ConfigDict) -> dict:
+  """The prompt-encoding arguments of `batching.prompt_ids` a config sets:
+  `task.chat_template`, `tokenizer.system_prompt`, `tokenizer.template_kwargs` (the last two
+  absent in configs made before them: '' and {})."""
+  tok = config.tokenizer
+  kwargs = tok.get("template_kwargs", None)
+  kwargs = kwargs.to_dict() if hasattr(kwargs, "to_dict") else dict(kwargs or {})
+  return dict(chat_template=config.task.chat_template, system_prompt=tok.get("system_prompt", ""),
+              template_kwargs=kwargs)
+
+
 def make_tokenizer(config: ml_collections.ConfigDict, workdir: str,
                    texts: list[str]) -> Tokenizer:
   """The checkpoint's HFTokenizer, or a SentencePiece model trained (cached) on `texts`."""
@@ -274,11 +286,11 @@ def build(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
   max_prompt = model_cfg.max_seq_len - t
   all_prompts = [e.prompt for e in task.train] + [e.prompt for e in task.heldout]
   prompts, prompt_mask = encode_prompts(tokenizer, all_prompts, max_length=max_prompt,
-                                        chat_template=tc.chat_template)
+                                        **chat_args(config))
   demo_tokens, demo_mask = encode_completions(tokenizer, [e.answer for e in demos], t)
   test_set = getattr(task, "test", [])
   test = (encode_prompts(tokenizer, [e.prompt for e in test_set], max_length=max_prompt,
-                         chat_template=tc.chat_template) if test_set else (None, None))
+                         **chat_args(config)) if test_set else (None, None))
   n = len(task.train)
   return Experiment(
       config=config, workdir=workdir, task=task, tokenizer=tokenizer, model_cfg=model_cfg,

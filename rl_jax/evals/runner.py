@@ -25,7 +25,8 @@ from rl_jax import experiment, models, parallel, sampling, seeds
 from rl_jax import workdir as workdir_lib
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.data.batching import prompt_ids
-from rl_jax.evals import datasets, math_answers
+from rl_jax.data import math_answers
+from rl_jax.evals import datasets
 from rl_jax.evals import metrics as metrics_lib
 from rl_jax.train import evaluate, phases
 from rl_jax.train_state import TrainState, make_optimizer
@@ -104,12 +105,13 @@ def load_params(exp: experiment.Experiment, phase: str) -> Any:
 
 
 def encode_left_truncated(tokenizer, texts: Sequence[str], max_length: int, *,
-                          chat_template: bool = False):
-  """Left-padded ids [N, P] and mask, keeping each prompt's last `max_length` tokens.
+                          chat_template: bool = False, **chat):
+  """Left-padded ids [N, P] and mask, keeping each prompt's last `max_length` tokens
+  (`chat_template` and `chat`, the system prompt and template arguments: as `prompt_ids`).
 
   Returns (tokens, mask, number of prompts that were cut).
   """
-  ids = [prompt_ids(tokenizer, t, chat_template=chat_template) for t in texts]
+  ids = [prompt_ids(tokenizer, t, chat_template=chat_template, **chat) for t in texts]
   if not ids:
     raise ValueError("no prompts to encode (the evaluation set is empty)")
   cut = sum(len(r) > max_length for r in ids)
@@ -229,7 +231,7 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, dataset: st
     raise ValueError(f"max_new_tokens={t} leaves no room for a prompt in the model's context "
                      f"({exp.model_cfg.max_seq_len} tokens)")
   tokens, mask, cut = encode_left_truncated(exp.tokenizer, datasets.prompts(eval_set, instruction),
-                                            max_prompt, chat_template=config.task.chat_template)
+                                            max_prompt, **experiment.chat_args(config))
   temp = config.sampling.temperature if temperature is None else float(temperature)
   bs = batch_size or config.eval.batch_size
   key = jax.random.fold_in(exp.root_key(), seeds.PHASE_TAGS["eval"])

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import ml_collections
 
 from rl_jax import rewards as rewards_lib
+from rl_jax.data import math_tasks
 from rl_jax.rewards import contained
 from rl_jax.rl import advantages, allocation, losses
 from rl_jax.rollout import checks as rollout_checks
@@ -105,6 +106,33 @@ def check_model(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"config.rl.group_size=1 with config.rl.advantage={rl.advantage!r}: a "
                       "group-relative advantage is 0 for every row of a one-row group; expected "
                       "group_size >= 2")
+
+
+def check_task(config: ml_collections.ConfigDict) -> None:
+  """The `math` task's options (`math_tasks.check_options`: names, source, answer format, a
+  JSONL file that exists and holds the named fields; no demo_noise) and the chat-template
+  settings (`tokenizer.system_prompt`, `tokenizer.template_kwargs` need `task.chat_template`)."""
+  task = _get(config, "task")
+  if task is not _MISSING and task.get("name") == "math":
+    try:
+      math_tasks.check_options(task.get("options"))
+    except (ValueError, FileNotFoundError) as e:
+      raise ConfigError(str(e)) from e
+    if task.get("demo_noise"):
+      raise ConfigError(f"config.task.demo_noise={task.demo_noise!r}: the 'math' task has no "
+                        "noisy demonstrations; expected 0.0")
+  tok = _get(config, "tokenizer")
+  if tok is _MISSING or task is _MISSING:
+    return
+  system, kwargs = tok.get("system_prompt", ""), tok.get("template_kwargs", None)
+  if not isinstance(system, str):
+    raise ConfigError(f"config.tokenizer.system_prompt={system!r}: expected a string")
+  if kwargs is not None and not isinstance(kwargs, (ml_collections.ConfigDict, dict)):
+    raise ConfigError(f"config.tokenizer.template_kwargs={kwargs!r}: expected a dict of chat "
+                      "template arguments, e.g. {'enable_thinking': False}")
+  if (system or kwargs) and not task.get("chat_template"):
+    raise ConfigError("config.tokenizer.system_prompt / template_kwargs apply to prompts "
+                      "rendered with the chat template; set config.task.chat_template=True")
 
 
 def check_workdir(workdir: str) -> None:
@@ -285,9 +313,11 @@ _MISSING = object()
 def check(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError for the first field out of its range (`RULES`), naming it as
   `config.<path>`; also every entry of `eval.temperatures` must be a finite number >= 0.
-  Registry names (`check_names`) and model shapes (`check_model`) are checked first."""
+  Registry names (`check_names`), model shapes (`check_model`) and the task's options
+  (`check_task`) are checked first."""
   check_names(config)
   check_model(config)
+  check_task(config)
   for path, (ok, expected) in RULES.items():
     value = _get(config, path)
     if value is _MISSING:

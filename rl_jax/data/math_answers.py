@@ -1,9 +1,15 @@
 """Math answers checked with math-verify: `\\boxed{}`, fractions, LaTeX, sets, symbolic equivalence.
 
+The one checker of the package: the training reward of the `math` task (`rl_jax.data.math_tasks`)
+and `experiments.eval`'s math sets (`rl_jax.evals.runner`) both grade with `check`, so a
+completion earns reward exactly when the evaluation counts it correct. The answer is read after
+the thinking block (`after_thinking`); gold answers are parsed by `gold_answer` (GSM8K's
+`#### N`, MATH's `\\boxed{}` solutions).
+
 math-verify bounds its own parse and verify time with `signal.alarm`, which works only in a
 process's main thread. Here its time limits are off (`None`) and time is bounded by us instead:
 `Checker` sends each (completion, gold) pair to one of `workers` child processes (`python -m
-rl_jax.evals.math_answers`, JSON lines over pipes; a pair's clock starts once its child has
+rl_jax.data.math_answers`, JSON lines over pipes; a pair's clock starts once its child has
 imported math-verify) and kills a child that spends more than `timeout_s` on one pair (that
 pair is graded wrong with no answer key, and counted in `Checker.timeouts`), then starts a fresh
 child. With `workers=0` everything runs in this process with no time bound (tests, trusted
@@ -23,7 +29,7 @@ import select
 import subprocess
 import sys
 import time
-from typing import List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 _LOGGER_NAMES = ("math_verify", "math_verify.parser", "math_verify.grader")
 
@@ -46,14 +52,72 @@ def answer_key(parsed: list) -> str:
   return str(parsed[0]) if parsed else ""
 
 
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def after_thinking(completion: Any) -> str:
+  """The part of a completion that holds its answer: the text after the last `</think>`; '' when
+  a `<think>` block is opened and never closed (the answer was not reached); else the whole text
+  ('' if not a str)."""
+  if not isinstance(completion, str):
+    return ""
+  if THINK_CLOSE in completion:
+    return completion.rsplit(THINK_CLOSE, 1)[1]
+  return "" if THINK_OPEN in completion else completion
+
+
+def gsm8k_gold(answer: str) -> str:
+  """The final number of a GSM8K answer (after '####', thousands commas removed).
+
+  Raises:
+    ValueError: the answer has no '####'.
+  """
+  if "####" not in answer:
+    raise ValueError(f"GSM8K answer {answer[-60:]!r} has no '####' final answer")
+  return answer.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+# How a data set writes its reference answer -> the gold text `check` compares against. 'boxed'
+# and 'plain' keep the text: math-verify finds a solution's last `\\boxed{}` itself.
+GOLD_FORMATS: Dict[str, Callable[[str], str]] = {
+    "gsm8k": gsm8k_gold,
+    "boxed": str,
+    "plain": str,
+}
+
+
+def gold_answer(answer: str, answer_format: str = "auto") -> str:
+  """The gold text of a reference `answer` written in `answer_format` (a key of `GOLD_FORMATS`,
+  or 'auto': 'gsm8k' when the answer holds '####', else the text as it is).
+
+  Raises:
+    ValueError: an unknown format, or a GSM8K answer without '####'.
+  """
+  if answer_format == "auto":
+    answer_format = "gsm8k" if "####" in answer else "plain"
+  if answer_format not in GOLD_FORMATS:
+    raise ValueError(f"answer_format={answer_format!r}; expected 'auto' or one of "
+                     f"{list(GOLD_FORMATS)}")
+  return GOLD_FORMATS[answer_format](answer)
+
+
+def key_of(completion: Any) -> str:
+  """The answer key `check` gives `completion` (maj@k groups by it); '' when none; never raises."""
+  try:
+    return answer_key(parse(after_thinking(completion)))
+  except Exception:  # pylint: disable=broad-except  (a malformed answer has no key)
+    return ""
+
+
 def check(completion: str, gold: str) -> Tuple[bool, str]:
   """(whether `completion`'s answer equals `gold` under math-verify, the answer's key).
 
-  Never raises: a completion or gold that cannot be parsed is wrong.
+  The answer is looked for in `after_thinking(completion)` only. Never raises: a completion or
+  gold that cannot be parsed is wrong.
   """
   import math_verify  # pylint: disable=g-import-not-at-top
   try:
-    got = parse(completion)
+    got = parse(after_thinking(completion))
     if not got:
       return False, ""
     want = parse(gold)
@@ -64,7 +128,7 @@ def check(completion: str, gold: str) -> Tuple[bool, str]:
 
 
 def _serve() -> None:
-  """A child's loop (`python -m rl_jax.evals.math_answers`): reads one JSON [completion, gold]
+  """A child's loop (`python -m rl_jax.data.math_answers`): reads one JSON [completion, gold]
   per line from stdin, writes one JSON [correct, key] per line to stdout; 'ready' first."""
   import math_verify  # pylint: disable=g-import-not-at-top,unused-import  (before 'ready')
   _quiet()
@@ -80,7 +144,7 @@ class _Worker:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)  # the child imports this package from where the parent found it
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    self.proc = subprocess.Popen([sys.executable, "-m", "rl_jax.evals.math_answers"],
+    self.proc = subprocess.Popen([sys.executable, "-m", "rl_jax.data.math_answers"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                  text=True, bufsize=1)
     self.ready = False
@@ -149,7 +213,7 @@ class Checker:
             except (EOFError, ValueError):  # the child died (e.g. out of memory)
               if w.job is None:
                 raise RuntimeError("a math-verify child process exited before it was ready "
-                                   "(python -m rl_jax.evals.math_answers)") from None
+                                   "(python -m rl_jax.data.math_answers)") from None
               results[w.job[0]] = (False, "")
             else:
               if not w.ready:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rl_jax.evals import math_answers
+from rl_jax.data import math_answers
 
 EQUIVALENT = [
     ("The answer is \\boxed{1/2}.", "0.5"),
