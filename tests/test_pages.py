@@ -148,7 +148,7 @@ def test_research_log_pages_open_with_a_status_and_are_indexed():
       body = [l for l in f.read().splitlines() if l.strip()]
     assert body[0].startswith("# "), name
     status = body[1]
-    m = re.fullmatch(r"Status: (current|superseded by \[[^\]]+\]\(([a-z0-9-]+\.md)\))", status)
+    m = re.fullmatch(r"Status: (current|in progress|superseded by \[[^\]]+\]\(([a-z0-9-]+\.md)\))", status)
     assert m, (name, status)
     if m.group(2):
       assert os.path.exists(os.path.join(folder, m.group(2))), (name, m.group(2))
