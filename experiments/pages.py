@@ -82,7 +82,7 @@ SHARE = "share of the oracle's gain"
 
 FINDINGS: tuple[Finding, ...] = (
     Finding("default", "default experiment", "GRPO after SFT on flawed demonstrations",
-            "held-out greedy acc., SFT -> RL", DEF, "default_seed0_2026-11-25", "from_to",
+            "held-out greedy acc., SFT -> RL", DEF, "default_seed0_fused_logprob", "from_to",
             keys=("sft_accuracy", "rl_accuracy"), sft="its own",
             wording="RL fixes the carry class that SFT gets wrong"),
     _d("g8", "budget", "GRPO G = 8", G, "grpo_g8", "grpo_g4", VS4),
