@@ -2,8 +2,9 @@
 
 `ENGINES` maps `config.rl.rollout` (and 'april', `rollout.april`) to an adapter
 `engine(ctx, requests, keys: RoundKeys) -> Served`: the rows of every served request, prompt
-b's rows contiguous in request order, scored. A dense round is uniform requests (G rows each) and takes
-the same adapter as a ragged one; with every n_b = G_max = G the two are the same batch (a test).
+b's rows contiguous in request order, scored. A dense round is uniform requests (G rows each)
+and takes the same adapter as a ragged one; with every n_b = G_max = G the two are the same
+batch (a test).
 
 * 'iid': independent rows from the `config.sampling.engine` sampler (`iid_rows`): one grouped
   call (`num_samples = n`) when every prompt asks for the same n and the call needs no padding,
