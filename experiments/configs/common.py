@@ -222,6 +222,11 @@ def base() -> ml_collections.ConfigDict:
       # step. Needs tis_cap > 0 (the off-policy correction), rollout='iid', dense groups.
       # recycle_finished=False drops the surplus groups that complete with the target (slime).
       partial=ml_collections.ConfigDict(dict(enabled=False, groups=0, recycle_finished=True)),
+      # MinPRO (loss='minpro_reconstructed'; rl_jax/rl/losses.py MinPROOptions, docs/algorithms.md
+      # §2.4): inclusive (min over j <= t instead of j < t), cap (min(1, .)), behav_logp: the
+      # log-probs the weight's ratio is taken against: 'rollout' (the sampler's), 'old' (the PPO
+      # ratio's old log-probs) or 'auto' ('rollout' with APRIL's off-policy rows, else 'old').
+      minpro=ml_collections.ConfigDict(dict(inclusive=False, cap=True, behav_logp="auto")),
       # ARRoL online pruning (rollout='arrol'; rl_jax/sampling/arrol.py, rl_jax/value/
       # quality_head.py; docs/algorithms.md §6.6, keep rule RECONSTRUCTED [R]): N0 = ceil(oversample
       # x group_size) rows per prompt; at t_p = round(prune_frac x max_new_tokens) tokens a

@@ -16,6 +16,7 @@ A kind listed in `FORCED_AGGREGATION` must be aggregated with that mode.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Dict, Optional, Tuple
 
 import jax
@@ -225,6 +226,46 @@ def minpro_loss(logp: Array, old_logp: Array, adv: Array, mask: Array, *,
   w = minpro_weight(logp, ref, mask, inclusive=inclusive, cap=cap)
   metrics['minpro_weight'] = _masked_mean(w, jnp.asarray(mask, logp.dtype))
   return w * loss, metrics
+
+
+# Where MinPRO's weight takes its ratio (`MinPROOptions.behav_logp`).
+MINPRO_BEHAV_LOGP = ('auto', 'rollout', 'old')
+
+
+@dataclasses.dataclass(frozen=True)
+class MinPROOptions:
+  """`config.rl.minpro`: the options of `minpro_loss` a run sets (§2.4).
+
+  inclusive, cap: forwarded to `minpro_weight`.
+  behav_logp: the log-probs the weight's ratio is taken against: 'rollout' = the sampler's
+    (`Rollout.logp`, the policy that generated each token), 'old' = the PPO ratio's
+    `old_logp` (the trainer's recomputation when `tis_cap > 0`), 'auto' = 'rollout' where rows
+    are off policy (APRIL's carried rows, `rl.partial.enabled`), else 'old'. The values are
+    checked once, by `rl_jax.train.config_check`.
+  """
+
+  inclusive: bool = False
+  cap: bool = True
+  behav_logp: str = 'auto'
+
+  @classmethod
+  def from_config(cls, config) -> 'MinPROOptions':
+    """From `config.rl.minpro`; a config without that section (older runs) takes the defaults."""
+    m = config.rl.get('minpro') or {}
+    return cls(**{f.name: m[f.name] for f in dataclasses.fields(cls) if f.name in m})
+
+  def loss_options(self) -> tuple:
+    """The sorted (key, value) keyword options of `minpro_loss` (`RLHyper.loss_options`)."""
+    return (('cap', self.cap), ('inclusive', self.inclusive))
+
+  def uses_rollout_logp(self, off_policy: bool) -> bool:
+    """Whether the loss gets `behav_logp=` the rollout's log-probs; `off_policy`: the batch
+    holds rows an earlier policy generated (APRIL)."""
+    return self.behav_logp == 'rollout' or (self.behav_logp == 'auto' and off_policy)
+
+
+# Loss kind -> the options dataclass a config sets for it (`from_config`); kinds absent take none.
+LOSS_OPTIONS = {'minpro_reconstructed': MinPROOptions}
 
 
 def policy_loss(logp: Array, old_logp: Array, adv: Array, mask: Array, *,

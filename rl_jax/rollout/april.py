@@ -36,7 +36,7 @@ import dataclasses
 import numpy as np
 
 from rl_jax import parallel
-from rl_jax.rollout.engines import ENGINES, Served, score
+from rl_jax.rollout.engines import ENGINES, RoundKeys, Served, score
 from rl_jax.rollout.requests import Requests, StepContext
 from rl_jax.sampling import partial
 
@@ -134,11 +134,10 @@ def launch_requests(carry: Carry, fresh, group_size: int) -> Requests:
 
 
 @ENGINES.register("april")
-def april_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
+def april_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """One step's APRIL round over the launched groups (`launch_requests`): the first B complete
   groups, with `policy_version`, scored; the run's carry (companion 'april') is replaced in place
   by the groups left over."""
-  del rng
   exp, rl, step = ctx.exp, ctx.config.rl, ctx.step
   carry = ctx.companion("april", "config.rl.partial.enabled")
   b, g, t = rl.prompts_per_step, rl.group_size, exp.max_new_tokens
@@ -154,7 +153,7 @@ def april_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
   ext = lambda x, v: np.concatenate([x, np.full((pad,) + x.shape[1:], v, x.dtype)])
   out = parallel.to_host(partial.partial_generate(
       ctx.params, exp.train_prompts[rows], exp.train_prompt_mask[rows], ext(carry.tokens, 0),
-      ext(carry.mask, False), ext(carry.logp, 0.0), ext(carry.done, False), key,
+      ext(carry.mask, False), ext(carry.logp, 0.0), ext(carry.done, False), keys.key,
       group_size=g, target_groups=b, **exp.sampler_kwargs()))
   tokens, mask, logp, new, done = (np.asarray(x) for x in (out.tokens, out.mask, out.logp,
                                                            out.new, out.done))

@@ -66,7 +66,7 @@ def fresh_round(ctx: StepContext, round_idx: int):
     requests = april.launch_requests(carry, fresh, rl.group_size)
   else:
     requests = planner.plan(ctx, round_idx, rng)
-  return engines.serve(ctx, name, requests, key, rng)
+  return engines.serve(ctx, name, requests, engines.RoundKeys(key, rng))
 
 
 def extend_round(ctx: StepContext, round_idx: int, requests: Requests):
@@ -75,7 +75,7 @@ def extend_round(ctx: StepContext, round_idx: int, requests: Requests):
   round)."""
   tag = seeds.RL_EXTEND
   key = planner.round_key(ctx.exp, tag, ctx.step, round_idx)
-  batch, rewards, extra, ids = engines.serve(ctx, "iid", requests, key, None)
+  batch, rewards, extra, ids = engines.serve(ctx, "iid", requests, engines.RoundKeys(key))
   extra.setdefault("engine_rows", engines.bucketed_rows(ctx.config, requests.total))
   return batch, rewards, extra, ids
 

@@ -1,9 +1,10 @@
 """Engines (docs/design.md §7): serve a round's `Requests` with a sampler, one adapter per mode.
 
 `ENGINES` maps `config.rl.rollout` (and 'april', `rollout.april`) to an adapter
-`engine(ctx, requests, key, rng) -> Served`: the rows of every served request, prompt b's rows
-contiguous in request order, scored. A dense round is uniform requests (G rows each) and takes
-the same adapter as a ragged one; with every n_b = G_max = G the two are the same batch (a test).
+`engine(ctx, requests, keys: RoundKeys) -> Served`: the rows of every served request, prompt
+b's rows contiguous in request order, scored. A dense round is uniform requests (G rows each)
+and takes the same adapter as a ragged one; with every n_b = G_max = G the two are the same
+batch (a test).
 
 * 'iid': independent rows from the `config.sampling.engine` sampler (`iid_rows`): one grouped
   call (`num_samples = n`) when every prompt asks for the same n and the call needs no padding,
@@ -75,10 +76,20 @@ class Served:
   requests: Optional[Requests] = None
 
 
-def serve(ctx: StepContext, name: str, requests: Requests, key, rng: np.random.Generator):
+@dataclasses.dataclass(frozen=True)
+class RoundKeys:
+  """A round's randomness: `key` (a jax PRNG key) seeds the device sampler; `rng` is the host
+  generator the planner drew the round's prompts with, whose later draws make an engine's host
+  choices (EPTree's kept leaves); None in an extension round."""
+
+  key: jax.Array
+  rng: Optional[np.random.Generator] = None
+
+
+def serve(ctx: StepContext, name: str, requests: Requests, keys: RoundKeys):
   """Runs engine `name` on `requests`: (Rollout with group = request index and every row valid,
   raw rewards [n, K], host metrics, prompt ids of the served requests)."""
-  out = ENGINES.get(name)(ctx, requests, key, rng)
+  out = ENGINES.get(name)(ctx, requests, keys)
   req = requests if out.requests is None else out.requests
   exp, rows = ctx.exp, req.row_prompts
   f = out.fields
@@ -172,11 +183,10 @@ def _uniform_only(name: str, requests: Requests, group_size: int) -> None:
 
 
 @ENGINES.register("iid")
-def iid_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
+def iid_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """Independent rows (`iid_rows`); the ragged layout reports the call's row count."""
-  del rng
   rows = bucketed_rows(ctx.config, requests.total)
-  fields = iid_rows(ctx, requests.prompt_ids, requests.counts, key, rows)
+  fields = iid_rows(ctx, requests.prompt_ids, requests.counts, keys.key, rows)
   rewards, counts = score(ctx.exp, fields["tokens"], fields["mask"], requests.row_prompts)
   extra = {"rollout_tokens": int(fields["mask"].sum()), **counts}
   if requests_lib.is_ragged(ctx.config):
@@ -185,10 +195,9 @@ def iid_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
 
 
 @ENGINES.register("latr")
-def latr_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
+def latr_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """k_b = round(n_b·η) LATR tree rows (slot budget k_b of round(G_max·η)) + n_b − k_b
   independent rows per prompt (tree rows first)."""
-  del rng
   exp, ids, counts = ctx.exp, requests.prompt_ids, requests.counts
   eta = mix_ratio(ctx.config.rl.latr.mix_schedule, ctx.step)
   slots = int(round(requests_lib.max_group_size(ctx.config) * eta))
@@ -199,7 +208,7 @@ def latr_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
   if slots and k.any():
     tree = parallel.to_host(latr.latr_generate(
         ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids],
-        jax.random.fold_in(key, 1), options=latr.LatrOptions.from_config(ctx.config),
+        jax.random.fold_in(keys.key, 1), options=latr.LatrOptions.from_config(ctx.config),
         num_slots=slots, budgets=np.asarray(k, np.int32), **exp.sampler_kwargs()))
     keep = requests_lib.block_rows(k, slots)
     blocks.append({name: np.asarray(getattr(tree, name))[keep] for name in FIELDS})
@@ -210,7 +219,7 @@ def latr_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
   else:
     k, m = np.zeros_like(k), counts
   if m.any():
-    iid = iid_rows(ctx, ids[m > 0], m[m > 0], key)
+    iid = iid_rows(ctx, ids[m > 0], m[m > 0], keys.key)
     blocks.append(iid)
     decoded += int(iid["mask"].sum())
   # Blocks: Σk tree rows then Σm independent rows, each in prompt order; per prompt its tree
@@ -227,15 +236,15 @@ def latr_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
 
 
 @ENGINES.register("eptree")
-def eptree_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
+def eptree_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """EPTree forests of Lv leaves per prompt; n_b of prompt b's leaves kept (`select_leaves`)."""
   exp, ids, counts = ctx.exp, requests.prompt_ids, requests.counts
   opts = eptree.EPTreeOptions.from_config(ctx.config)
   out = parallel.to_host(eptree.eptree_rollout(
-      ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], key, options=opts,
+      ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], keys.key, options=opts,
       **exp.sampler_kwargs()))
   all_rewards, host = score(exp, out.tokens, out.mask, np.repeat(ids, opts.leaves))
-  keep = eptree.select_leaves(all_rewards[:, 0], opts.leaves, counts, rng)
+  keep = eptree.select_leaves(all_rewards[:, 0], opts.leaves, counts, keys.rng)
   tree = eptree.restrict(out.tree, keep)
   fields = dict(tokens=out.tokens[keep], mask=out.mask[keep], logp=out.logp[keep], tree=tree)
   group = np.repeat(np.arange(len(ids)), counts)
@@ -252,15 +261,14 @@ def newline_ids(tokenizer) -> tuple[int, ...]:
 
 
 @ENGINES.register("treepo")
-def treepo_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
+def treepo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """A TreePO tree with a budget of n_b leaves per prompt in G_max slots."""
-  del rng
   exp, ids, counts = ctx.exp, requests.prompt_ids, requests.counts
   gm = requests_lib.max_group_size(ctx.config)
   lines = ctx.config.rl.treepo.segment == "newline"
   opts = treepo.TreePOOptions.from_config(ctx.config, newline_ids(exp.tokenizer) if lines else ())
   out = treepo.treepo_rollout(ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids],
-                              key, options=opts, group=gm, budgets=counts,
+                              keys.key, options=opts, group=gm, budgets=counts,
                               **exp.sampler_kwargs())
   keep = requests_lib.block_rows(counts, gm)
   fields = dict(tokens=out.tokens[keep], mask=out.mask[keep], logp=out.logp[keep],
@@ -273,13 +281,12 @@ def treepo_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
 
 
 @ENGINES.register("echo")
-def echo_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
+def echo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """An ECHO tree of G leaves per prompt, recorded for the tree advantages."""
-  del rng
   exp, ids, g = ctx.exp, requests.prompt_ids, ctx.config.rl.group_size
   _uniform_only("echo", requests, g)
   out = parallel.to_host(echo.echo_generate(
-      ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], key,
+      ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], keys.key,
       options=echo.EchoOptions.from_config(ctx.config), num_slots=g, **exp.sampler_kwargs()))
   rewards, counts = score(exp, out.tokens, out.mask, requests.row_prompts)
   fields = dict(tokens=np.asarray(out.tokens), mask=np.asarray(out.mask),
@@ -291,15 +298,14 @@ def echo_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
 
 
 @ENGINES.register("arrol")
-def arrol_engine(ctx: StepContext, requests: Requests, key, rng) -> Served:
+def arrol_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """ARRoL: N0 rows per prompt, pruned to G at the checkpoint by the run's quality head, which
   then trains on the survivors' outcomes. The batch holds the G survivors only."""
-  del rng
   exp, ids, g = ctx.exp, requests.prompt_ids, ctx.config.rl.group_size
   _uniform_only("arrol", requests, g)
   run = ctx.companion("arrol", "rollout='arrol'")
   out = parallel.to_host(arrol.arrol_generate(
-      ctx.params, run.head.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], key,
+      ctx.params, run.head.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], keys.key,
       options=run.options, **exp.sampler_kwargs()))
   s = out.samples
   rewards, counts = score(exp, s.tokens, s.mask, requests.row_prompts)

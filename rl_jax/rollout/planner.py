@@ -79,19 +79,15 @@ def candidate_count(config) -> int:
 
 
 def history_stats(history: RolloutHistory, prompt_ids, step: int, history_steps: int = 0,
-                  probe_attempts=None, probe_successes=None,
-                  p_hat=None, history_rollouts: int = 0) -> alloc_lib.PromptStats:
-  """Per-prompt statistics for step `step`: the history of steps [step − history_steps, step)
-  (all earlier steps when 0), of those each prompt's newest records up to `history_rollouts`
-  rollouts (0: all; `RolloutHistory.stats`' last_rollouts), plus this step's probe rows when
-  given."""
+                  history_rollouts: int = 0) -> alloc_lib.PromptStats:
+  """Per-prompt statistics for step `step` (no p_hat): the history of steps
+  [step − history_steps, step) (all earlier steps when 0), of those each prompt's newest records
+  up to `history_rollouts` rollouts (0: all; `RolloutHistory.stats`' last_rollouts). A probe
+  round enters as history recorded at the step (`StepAllocator.second`)."""
   since = max(step - history_steps, 0) if history_steps else 0
   att, suc = history.stats(prompt_ids, since_step=since, before_step=step,
                            last_rollouts=history_rollouts)
-  if probe_attempts is not None:
-    att = att + np.asarray(probe_attempts, np.int64)
-    suc = suc + np.asarray(probe_successes, np.int64)
-  return alloc_lib.PromptStats(np.asarray(prompt_ids), att, suc, p_hat, step)
+  return alloc_lib.PromptStats(np.asarray(prompt_ids), att, suc, None, step)
 
 
 def replay(allocator: alloc_lib.Allocator, history: RolloutHistory, before_step: int) -> dict:

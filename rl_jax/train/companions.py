@@ -17,13 +17,13 @@ method:
 * `before_save(step)`: e.g. the online PRM's checkpoint at the policy's step;
 * `close()`: when the phase ends (e.g. the history written to WORKDIR/history.jsonl).
 
-A new one is one class registered in `COMPANIONS` with a factory
-`make(exp, sft_params, start_step, built) -> Companion | None` (None: not used by this config;
-`built`: the companions made before it, in registration order).
+A new one is one class registered in `COMPANIONS` with a factory `make(setup: Setup) ->
+Companion | None` (None: not used by this config).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Callable, Optional
 
@@ -39,6 +39,18 @@ from rl_jax.value.prm import process
 from rl_jax.value.v0 import run as run_v0
 
 COMPANIONS = Registry("run companion")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """What a companion factory may read: the run's `exp` (`experiment.Experiment`), the SFT
+  policy's parameters `sft_params`, the RL phase's first step `start_step` (0 for a fresh phase)
+  and `built`, the companions made before it (registration order)."""
+
+  exp: Any
+  sft_params: Any
+  start_step: int
+  built: dict
 
 
 class Companion:
@@ -79,7 +91,7 @@ def build(exp, sft_params, start_step: int, meta: dict) -> dict[str, Companion]:
   the checkpoint `meta` ({} for a fresh phase)."""
   built: dict[str, Companion] = {}
   for name, make in COMPANIONS.entries():
-    companion = make(exp, sft_params, start_step, built)
+    companion = make(Setup(exp, sft_params, start_step, dict(built)))
     if companion is not None:
       companion.load_meta(meta)
       built[name] = companion
@@ -219,47 +231,47 @@ class Process(Companion):
 
 
 # ------------------------------------------------------------------------------ the registry
-# make(exp, sft_params, start_step, built) -> Companion | None, in this order.
+# make(setup: Setup) -> Companion | None, in this order.
 
 
 @COMPANIONS.register("history")
-def _history(exp, sft_params, start_step, built):
-  del sft_params, start_step, built
-  return History(os.path.join(exp.workdir, workdir.HISTORY_FILE))
+def _history(setup: Setup):
+  return History(os.path.join(setup.exp.workdir, workdir.HISTORY_FILE))
 
 
 @COMPANIONS.register("v0")
-def _v0(exp, sft_params, start_step, built):
-  del sft_params, start_step
-  return V0(run_v0.RunV0.create(exp), built["history"]) if run_v0.wanted(exp.config) else None
+def _v0(setup: Setup):
+  exp = setup.exp
+  return (V0(run_v0.RunV0.create(exp), setup.built["history"]) if run_v0.wanted(exp.config)
+          else None)
 
 
 @COMPANIONS.register("oracle")
-def _oracle(exp, sft_params, start_step, built):
-  del sft_params, built
-  return Oracle(priors.OracleMC(exp, start_step)) if priors.uses(exp.config, "oracle") else None
+def _oracle(setup: Setup):
+  exp = setup.exp
+  return (Oracle(priors.OracleMC(exp, setup.start_step)) if priors.uses(exp.config, "oracle")
+          else None)
 
 
 @COMPANIONS.register("april")
-def _april(exp, sft_params, start_step, built):
-  del sft_params, start_step, built
+def _april(setup: Setup):
+  exp = setup.exp
   return April(exp.max_new_tokens) if april.enabled(exp.config) else None
 
 
 @COMPANIONS.register("arrol")
-def _arrol(exp, sft_params, start_step, built):
-  del sft_params, start_step, built
+def _arrol(setup: Setup):
+  exp = setup.exp
   return Arrol(quality_head.ArrolRun(exp)) if exp.config.rl.rollout == "arrol" else None
 
 
 @COMPANIONS.register("process")
-def _process(exp, sft_params, start_step, built):
-  del built
-  rl = exp.config.rl
+def _process(setup: Setup):
+  exp, rl = setup.exp, setup.exp.config.rl
   if "process_reward" not in rl or rl.process_reward == "none":
     return None
-  scorer = process.ProcessScorer(exp, sft_params)
+  scorer = process.ProcessScorer(exp, setup.sft_params)
   c = exp.config.checkpoint
   ckpt = (Checkpointer(workdir.checkpoint_dir(exp.workdir, "rl_prm"), save_every=c.every,
                        max_to_keep=c.max_to_keep) if scorer.online else None)
-  return Process(scorer, ckpt, start_step)
+  return Process(scorer, ckpt, setup.start_step)

@@ -3,6 +3,8 @@ settings)."""
 
 from __future__ import annotations
 
+from rl_jax.rl import losses
+from rl_jax.rollout import april
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.train import steps as steps_lib
 from rl_jax.value.prm import process
@@ -30,7 +32,18 @@ def hyper_from_config(config) -> steps_lib.RLHyper:
       num_minibatches=rl.num_minibatches, num_iterations=rl.num_iterations, tis_cap=rl.tis_cap,
       shared_prompts=rl.shared_prompts,
       num_groups=rl.prompts_per_step if requests_lib.is_ragged(config) else 0,
-      max_group_size=rl.max_group_size, **_process_hyper(config))
+      max_group_size=rl.max_group_size, **_loss_hyper(config), **_process_hyper(config))
+
+
+def _loss_hyper(config) -> dict:
+  """RLHyper's loss-option fields: from the loss's options dataclass (`losses.LOSS_OPTIONS`,
+  e.g. `config.rl.minpro`); none for a loss that takes no options."""
+  options_cls = losses.LOSS_OPTIONS.get(config.rl.loss)
+  if options_cls is None:
+    return {}
+  options = options_cls.from_config(config)
+  return {"loss_options": options.loss_options(),
+          "loss_behav_logp": options.uses_rollout_logp(april.enabled(config))}
 
 
 def _process_hyper(config) -> dict:

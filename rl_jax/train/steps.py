@@ -73,6 +73,10 @@ class RLHyper:
     advantage: registered estimator name (`rl_jax.rl.advantages`).
     advantage_options: sorted (key, value) pairs passed to the estimator.
     loss: registered policy-loss kind (`rl_jax.rl.losses`).
+    loss_options: sorted (key, value) keyword options passed to the loss (`losses.LOSS_OPTIONS`).
+    loss_behav_logp: the loss also gets `behav_logp=` the rollout's log-probs (`Rollout.logp`,
+      the sampler's: the policy that generated each token, an earlier one for APRIL's carried
+      rows), beside the PPO ratio's `old_logp`.
     clip_low, clip_high, clip_ratio_c: PPO clip range and dual-clip constant.
     kl_coef: beta of the KL to the reference policy (0 = off, no reference pass).
     kl_kind: KL estimator of the loss term ('k1', 'k2', 'k3', 'abs').
@@ -105,6 +109,8 @@ class RLHyper:
   advantage: str = "grpo"
   advantage_options: tuple = ()
   loss: str = "ppo"
+  loss_options: tuple = ()
+  loss_behav_logp: bool = False
   clip_low: float = 0.2
   clip_high: float = 0.2
   clip_ratio_c: float = 3.0
@@ -188,6 +194,8 @@ def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.A
   rows = dict(prompt_tokens=rollout.prompt_tokens, prompt_mask=rollout.prompt_mask,
               tokens=rollout.tokens, mask=rollout.mask, loss_mask=loss_mask, good=good,
               old_logp=old_logp, adv=adv, **extra)
+  if hyper.loss_behav_logp:
+    rows["behav_logp"] = rollout.logp
   micro = rl_inputs.split_rows(rows, m_count, hyper.prompt_group)
   update = functools.partial(_update, micro=micro, norms=norms, model_cfg=model_cfg,
                              hyper=hyper)
@@ -237,9 +245,12 @@ def micro_loss(params, mb: dict, norms: dict, *, model_cfg, hyper: RLHyper):
                                       mb["tokens"], mb["mask"], temperature=hyper.temperature,
                                       group_size=hyper.prompt_group)
   m = mb["loss_mask"]
+  options = dict(hyper.loss_options)
+  if "behav_logp" in mb:
+    options["behav_logp"] = mb["behav_logp"]
   pg, pg_metrics = losses.policy_loss(logp, mb["old_logp"], mb["adv"], m, kind=hyper.loss,
                                       clip_low=hyper.clip_low, clip_high=hyper.clip_high,
-                                      clip_ratio_c=hyper.clip_ratio_c)
+                                      clip_ratio_c=hyper.clip_ratio_c, **options)
   if "tis_weight" in mb:
     pg = pg * mb["tis_weight"]
   mode = losses.FORCED_AGGREGATION.get(hyper.loss, hyper.aggregation)

@@ -68,13 +68,13 @@ def test_config_errors_name_the_field(overrides, match):
     config_check.check(_config(**overrides))
 
 
-def test_prompt_stats_window_and_probe():
+def test_prompt_stats_window():
   h = RolloutHistory()
   h.record(0, [1, 2], [4, 4], [1, 4])
   h.record(3, [1], [4], [3])
-  s = planner.history_stats(h, [1, 2, 9], step=4, history_steps=2,
-                            probe_attempts=[2, 2, 2], probe_successes=[0, 1, 2])
-  assert s.attempts.tolist() == [6, 2, 2] and s.successes.tolist() == [3, 1, 2]
+  s = planner.history_stats(h, [1, 2, 9], step=4, history_steps=2)  # steps 2 and 3 only
+  assert s.attempts.tolist() == [4, 0, 0] and s.successes.tolist() == [3, 0, 0]
+  assert s.p_hat is None and s.step == 4
   s = planner.history_stats(h, [1, 2], step=3)  # all earlier steps, not step 3 itself
   assert s.attempts.tolist() == [4, 4] and s.successes.tolist() == [1, 4]
 
