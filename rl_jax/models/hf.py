@@ -66,7 +66,10 @@ def _name_map(cfg: ModelConfig) -> dict[str, tuple[tuple[str, ...], bool]]:
       out[f"{hf}.{module}.{proj}.weight"] = ((ours, module, proj, "kernel"), True)
       if bias:
         out[f"{hf}.{module}.{proj}.bias"] = ((ours, module, proj, "bias"), False)
-    for norm in ("input_layernorm", "post_attention_layernorm"):
+    norms = ("input_layernorm", "post_attention_layernorm")
+    if cfg.post_norms:
+      norms += ("pre_feedforward_layernorm", "post_feedforward_layernorm")
+    for norm in norms:
       out[f"{hf}.{norm}.weight"] = ((ours, norm, "weight"), False)
     if cfg.qk_norm:
       for norm in ("q_norm", "k_norm"):
@@ -195,7 +198,8 @@ def save_hf(path: str | os.PathLike, cfg: ModelConfig, params: Params, *,
   Args:
     path: output directory (created if missing; its config.json, model*.safetensors and
       index are replaced).
-    cfg: the model config (its switches pick the family: llama, qwen2, qwen3 or gemma).
+    cfg: the model config (its switches pick the family: llama, qwen2, qwen3, gemma or
+      gemma3_text).
     params: the parameter tree of `cfg` (either layer layout).
     max_shard_bytes: above this total size the weights go into several files plus
       `model.safetensors.index.json`.
