@@ -204,6 +204,11 @@ def from_hf_config(hf: Mapping[str, Any], dtype: str = "float32",
   return ModelConfig(**fields)
 
 
+def _int_if_whole(x: float) -> float | int:
+  """transformers' Gemma3TextConfig types query_pre_attn_scalar as an int."""
+  return int(x) if float(x).is_integer() else x
+
+
 def model_type_of(cfg: ModelConfig) -> str:
   """The Hugging Face family that reproduces `cfg`.
 
@@ -279,7 +284,7 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
         layer_types=layer_types, rope_local_base_freq=local_theta,
         rope_parameters={_GLOBAL: rope, _LOCAL: {"rope_type": "default",
                                                  "rope_theta": local_theta}},
-        query_pre_attn_scalar=cfg.query_pre_attn_scalar or cfg.hd,
+        query_pre_attn_scalar=_int_if_whole(cfg.query_pre_attn_scalar or cfg.hd),
         final_logit_softcapping=cfg.final_logit_softcap or None, attn_logit_softcapping=None)
     if cfg.sliding_window and cfg.sliding_window_pattern:
       out["sliding_window_pattern"] = cfg.sliding_window_pattern
