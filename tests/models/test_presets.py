@@ -15,6 +15,7 @@ PUBLISHED = {
     "qwen3-1.7b": 1_720_574_976,  # 1.7B; 1.4B without the (tied) embedding
     "qwen3-8b": 8_190_735_360,  # 8.2B; 6.95B without embedding and lm_head
     "gemma-2b": 2_506_172_416,
+    "gemma3-1b": 999_885_952,  # Gemma 3 1B (1.0B; 0.70B without the tied embedding)
 }
 
 
