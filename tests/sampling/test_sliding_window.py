@@ -14,7 +14,7 @@ import pytest
 
 from rl_jax import models, sampling
 from rl_jax.rl import logprobs
-from rl_jax.sampling import eptree, latr, refill
+from rl_jax.sampling import arrol, echo, eptree, latr, partial, refill, treepo
 
 EOS = 1
 pytestmark = pytest.mark.usefixtures("fast_compiles")
@@ -132,6 +132,69 @@ def test_eptree_logp_equals_trainer_logp(setup):
   rows = np.repeat(np.arange(3), opts.leaves)
   ref = _trainer_logp(cfg, params, prompt[rows], prompt_mask[rows], out.tokens, out.mask)
   np.testing.assert_allclose(out.logp, ref, atol=1e-5)
+
+
+def test_treepo_logp_equals_trainer_logp(setup):
+  cfg, params, prompt, prompt_mask = setup
+  g = 8  # 2 paths, then 4, then 8 over 3 segments of 3 tokens.
+  out = treepo.treepo_rollout(params, prompt, prompt_mask, jax.random.key(1), cfg=cfg,
+                              strategy=sampling.Sampling(1.0),
+                              options=treepo.TreePOOptions(segment_len=3, first_width=2,
+                                                           branches=2),
+                              group=g, max_new_tokens=9, eos_id=cfg.vocab_size)  # no EOS
+  assert out.num_forks > 0
+  rows = np.repeat(np.arange(3), g)
+  ref = _trainer_logp(cfg, params, prompt[rows], prompt_mask[rows], out.tokens, out.mask)
+  np.testing.assert_allclose(out.logp, ref, atol=1e-5)
+
+
+def test_echo_logp_equals_trainer_logp(setup):
+  cfg, params, prompt, prompt_mask = setup
+  k = 4
+  out = jax.device_get(echo.echo_generate(
+      params, jnp.asarray(prompt), jnp.asarray(prompt_mask), jax.random.key(1), cfg=cfg,
+      strategy=sampling.Sampling(1.0), options=echo.EchoOptions(), num_slots=k,
+      max_new_tokens=9, eos_id=cfg.vocab_size))
+  rows = np.repeat(np.arange(3), k)
+  ref = _trainer_logp(cfg, params, prompt[rows], prompt_mask[rows], out.tokens, out.mask)
+  np.testing.assert_allclose(out.logp, np.where(out.mask, ref, 0.0), atol=1e-5)
+
+
+def test_partial_resumed_logp_equals_trainer_logp(setup):
+  """A round stopped early, then resumed from its prefixes (per-row write slots after a
+  right-padded prefix block)."""
+  cfg, params, prompt, prompt_mask = setup
+  t = 8
+  kw = dict(cfg=cfg, strategy=sampling.Sampling(1.0), max_new_tokens=t, eos_id=EOS, pad_id=0,
+            group_size=1)
+  prompt, prompt_mask = jnp.asarray(prompt), jnp.asarray(prompt_mask)
+  r = prompt.shape[0]
+  empty = (jnp.zeros((r, t), jnp.int32), jnp.zeros((r, t), bool), jnp.zeros((r, t)),
+           jnp.zeros((r,), bool))
+  first = partial.partial_generate(params, prompt, prompt_mask, *empty, jax.random.key(5),
+                                   target_groups=1, **kw)
+  assert int(np.asarray(first.mask).sum(1).min()) >= 2
+  out = partial.partial_generate(params, prompt, prompt_mask, first.tokens, first.mask,
+                                 first.logp, first.done, jax.random.key(6), target_groups=r,
+                                 **kw)
+  assert int(np.asarray(out.mask).sum(1).max()) > int(np.asarray(first.mask).sum(1).max())
+  ref = _trainer_logp(cfg, params, prompt, prompt_mask, out.tokens, out.mask)
+  np.testing.assert_allclose(out.logp, ref, atol=1e-5)
+
+
+def test_arrol_survivors_logp_equals_trainer_logp(setup):
+  cfg, params, prompt, prompt_mask = setup
+  keep = 2
+  head = {"head": {"kernel": jax.random.normal(jax.random.key(1), (cfg.d_model,)),
+                   "bias": jnp.float32(0.0)}}
+  out = arrol.arrol_generate(params, head, jnp.asarray(prompt), jnp.asarray(prompt_mask),
+                             jax.random.key(3), cfg=cfg, strategy=sampling.Sampling(1.0),
+                             max_new_tokens=8, eos_id=EOS,
+                             options=arrol.ArrolOptions(oversample=4, keep=keep, prune_at=4))
+  s = out.samples
+  rows = np.repeat(np.arange(3), keep)
+  ref = _trainer_logp(cfg, params, prompt[rows], prompt_mask[rows], s.tokens, s.mask)
+  np.testing.assert_allclose(s.logp, ref, atol=1e-5)
 
 
 def test_soft_capped_logits_match_between_sampler_and_trainer():
