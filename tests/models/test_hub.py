@@ -6,6 +6,7 @@ real `snapshot_download(..., local_files_only=True)` finds it; the online call's
 checked on a stand-in.
 """
 
+import dataclasses
 import os
 import sys
 
@@ -143,3 +144,28 @@ def test_bfloat16_loading_gives_bfloat16_leaves_close_logits(hf_dir):
   scale = np.abs(ref[mask]).max()
   assert np.abs(ours[mask] - ref[mask]).max() < 0.05 * scale
   assert np.abs(ours[mask] - ref[mask]).max() > 0  # It did compute in bfloat16.
+
+
+@pytest.mark.parametrize("master", ["bfloat16", "float32"])
+def test_run_loads_the_checkpoint_in_the_master_dtype_with_its_shardings(hub_cache, master):
+  """`phases.init_params` of a run with model.path = a hub id: leaves in train.master_dtype,
+  each placed with the sharding rules' NamedSharding."""
+  import types  # pylint: disable=g-import-not-at-top
+  from rl_jax import parallel  # pylint: disable=g-import-not-at-top
+  from rl_jax.train import phases  # pylint: disable=g-import-not-at-top
+  config = ml_collections.ConfigDict(dict(
+      model=dict(path=REPO, dtype="float32", param_dtype="float32", remat="none",
+                 scan_layers=False),
+      train=dict(master_dtype=master)))
+  model_cfg = experiment.model_config(config, vocab_size=100)
+  mesh = parallel.make_mesh((1, 4, 2))
+  exp = types.SimpleNamespace(config=config, model_cfg=model_cfg, mesh=mesh,
+                              master_cfg=dataclasses.replace(model_cfg, param_dtype=master))
+  params = phases.init_params(exp)
+  leaves = jax.tree_util.tree_leaves_with_path(params)
+  assert {x.dtype for _, x in leaves} == {jnp.dtype(master)}
+  for path, x in leaves:
+    want = parallel.param_spec(jax.tree_util.keystr(path), x.shape, mesh)
+    assert x.sharding.spec == want
+  embed = params["embed_tokens"]["embedding"]
+  assert embed.sharding.spec != jax.sharding.PartitionSpec()  # Really split over the mesh.
