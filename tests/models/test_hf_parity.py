@@ -43,6 +43,13 @@ FAMILIES = {
         query_pre_attn_scalar=24, final_logit_softcapping=5.0,
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
                          "full_attention": {"rope_type": "default", "rope_theta": 10000.0}})),
+    # Gemma 3 4B's RoPE: linear scaling (factor 8) on the global layers only.
+    "gemma3_scaled": (transformers.Gemma3TextConfig, dict(
+        head_dim=16, num_hidden_layers=2, sliding_window=2, sliding_window_pattern=2,
+        query_pre_attn_scalar=16,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 1e6}})),
 }
 
 
@@ -116,6 +123,8 @@ def test_family_switches_from_config(tmp_path):
                      sliding_window_pattern=2, local_layers=(True, False, True),
                      rope_theta=10000.0, rope_local_theta=100.0, query_pre_attn_scalar=24.0,
                      final_logit_softcap=5.0, n_layers=3),
+      "gemma3_scaled": dict(rope_scaling="linear", rope_factor=8.0, rope_theta=1e6,
+                            rope_local_theta=10000.0, local_layers=(True, False)),
   }
   for family, fields in expected.items():
     cfg = models.from_hf_config(make_hf_model(family).config.to_dict())
