@@ -140,7 +140,8 @@ def check_model_dir(path: str) -> None:
     try:
       path = models.hub.resolve_model_dir(path)
     except (FileNotFoundError, ImportError) as e:
-      raise ModelPathError(f"config.model.path={path!r}: {e}") from e
+      raise ModelPathError(f"config.model.path={path!r} is no local directory, and as a hub "
+                           f"id: {e}") from e
   elif not os.path.isdir(path):
     raise ModelPathError(
         f"config.model.path={path!r} does not exist; {expected}. To write SmolLM2-135M-Instruct "

@@ -57,8 +57,8 @@ def test_a_users_mistake_is_one_line(tmp_path, args, expected):
 
 
 @pytest.mark.parametrize("path, expected", [
-    ("no-such-org/no-such-model", "config.model.path='no-such-org/no-such-model': could not "
-     "fetch Hugging Face hub model 'no-such-org/no-such-model' (HF_HUB_OFFLINE is set"),
+    ("no-such-org/no-such-model", "config.model.path='no-such-org/no-such-model' is no local "
+     "directory, and as a hub id: could not fetch Hugging Face hub model 'no-such-org/no-such-model' (HF_HUB_OFFLINE is set"),
     ("/nonexistent/checkpoint", "config.model.path='/nonexistent/checkpoint' does not exist"),
 ], ids=["hub_id_offline", "missing_dir"])
 def test_a_model_path_that_loads_nothing_is_one_line(tmp_path, path, expected):
