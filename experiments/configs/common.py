@@ -14,7 +14,8 @@ from rl_jax.train_state import optim_config
 def model(preset: str) -> ml_collections.ConfigDict:
   """Every ModelConfig field of `preset`; vocab_size 0 means 'the tokenizer's size'.
 
-  `path`: a Hugging Face checkpoint directory (config.json + *.safetensors, `models.load_hf`).
+  `path`: a Hugging Face checkpoint directory (config.json + *.safetensors, `models.load_hf`) or
+  hub id (`Qwen/Qwen3-0.6B`, fetched into the Hugging Face cache: `models.hub`).
   When set, the architecture and the initial weights come from it and only `dtype`,
   `param_dtype`, `remat` and `scan_layers` of these fields apply; '' (default) builds `preset`
   with random weights. `scan_layers`: the decoder blocks run under `nn.scan` over stacked

@@ -35,7 +35,10 @@ class KVCache:
       in place.
     v: values, laid out as `k`.
     mask: [B, S] bool, True where the slot holds a real (non-padding) token.
-    pos: [B] int32, position id the row's next real token gets.
+    pos: [B] int32, position id the row's next real token gets. Invariant: it equals the number
+      of True slots of `mask` (position ids skip padding), so the token in a True slot s has
+      position cumsum(mask)[s] - 1 whatever the slot layout; the sliding window
+      (`ModelConfig.sliding_window`) is measured in these positions.
     index: [] int32, the next slot to write (shared by all rows); or [B] int32, each row's own
       next slot (the slot-refill engine, whose rows start requests at different steps).
   """

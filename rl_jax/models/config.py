@@ -1,7 +1,8 @@
 """`ModelConfig`: one frozen description of a decoder-only transformer.
 
-One config covers the Llama / Qwen2 / Qwen3 / Gemma / SmolLM2 layouts through a few switches
-(q/k/v bias, q/k RMSNorm, GeGLU vs SwiGLU, scaled embeddings, the (1 + w) RMSNorm) and RoPE
+One config covers the Llama / Qwen2 / Qwen3 / Gemma / Gemma 3 / SmolLM2 layouts through a few
+switches (q/k/v bias, q/k RMSNorm, GeGLU vs SwiGLU, scaled embeddings, the (1 + w) RMSNorm,
+norms after attention and MLP, interleaved sliding-window layers, logit soft-capping) and RoPE
 scaling (linear, Llama 3). Presets give named sizes (the shapes of a few public checkpoints among
 them; weights come from `models.load_hf`); `get_preset('tiny', vocab_size=128)` overrides fields
 of a preset.
@@ -66,6 +67,20 @@ class ModelConfig:
     rope_low_freq_factor: 'llama3' only: wavelengths above original_max_len / this are scaled.
     rope_high_freq_factor: 'llama3' only: wavelengths below original_max_len / this are kept.
     rope_original_max_len: 'llama3' only: the pre-training context length.
+    sliding_window: W > 0 makes some layers local: their queries attend only to keys whose
+      position is less than W behind theirs (q_pos - k_pos < W, Gemma 3 / Mistral). 0: every layer
+      attends to the whole prefix.
+    sliding_window_pattern: with a window, layer i (0-based) is global (full attention) when
+      (i + 1) % sliding_window_pattern == 0, local otherwise (Gemma 3: 6, five local layers then
+      one global). 0: every layer is local.
+    rope_local_theta: RoPE base of the local layers (Gemma 3: 10,000), which are never scaled
+      (rope_scaling applies to the global ones). 0: the local layers use the global frequencies.
+    post_norms: RMSNorm the attention and MLP outputs before each residual add (Gemma 2 / 3: four
+      norms a layer, `input_layernorm`, `post_attention_layernorm`, `pre_feedforward_layernorm`,
+      `post_feedforward_layernorm`). Without it `post_attention_layernorm` is the pre-MLP norm.
+    query_pre_attn_scalar: attention scores are scaled by its -1/2 power (Gemma 3); 0 means
+      head_dim.
+    final_logit_softcap: c > 0 maps logits z to c * tanh(z / c) (Gemma 2 / 3 when set); 0: off.
     scan_layers: run the decoder blocks under `nn.scan` over parameters stacked on a leading
       layer axis (`layers/...` [n_layers, ...] instead of `layers_0/..` .. `layers_{L-1}/..`),
       so tracing and compiling cost one block, not n_layers. The KV cache is stacked too
@@ -98,6 +113,12 @@ class ModelConfig:
   rope_original_max_len: int = 8192
   remat: str = "none"
   scan_layers: bool = False
+  sliding_window: int = 0
+  sliding_window_pattern: int = 0
+  rope_local_theta: float = 0.0
+  post_norms: bool = False
+  query_pre_attn_scalar: float = 0.0
+  final_logit_softcap: float = 0.0
 
   def __post_init__(self):
     for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
@@ -126,6 +147,10 @@ class ModelConfig:
     if self.remat not in REMAT_POLICIES:
       raise ValueError(f"ModelConfig.remat must be one of {list(REMAT_POLICIES)}, got "
                        f"{self.remat!r}")
+    for name in ("sliding_window", "sliding_window_pattern", "rope_local_theta",
+                 "query_pre_attn_scalar", "final_logit_softcap"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"ModelConfig.{name} must be >= 0 (0 = off), got {getattr(self, name)}")
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:
         raise ValueError(f"ModelConfig.{name} must be one of {sorted(_DTYPES)}, got "
@@ -135,6 +160,23 @@ class ModelConfig:
   def hd(self) -> int:
     """Per-head width."""
     return self.head_dim or self.d_model // self.n_heads
+
+  def is_local(self, layer: int) -> bool:
+    """Whether decoder layer `layer` (0-based) uses the sliding window."""
+    if not self.sliding_window:
+      return False
+    pattern = self.sliding_window_pattern
+    return not (pattern and (layer + 1) % pattern == 0)
+
+  @property
+  def local_layers(self) -> tuple[bool, ...]:
+    """`is_local` of every layer, in order."""
+    return tuple(self.is_local(i) for i in range(self.n_layers))
+
+  @property
+  def attn_scale(self) -> float:
+    """The factor attention scores are multiplied by (query_pre_attn_scalar or head_dim)^-1/2."""
+    return (self.query_pre_attn_scalar or self.hd) ** -0.5
 
   @property
   def compute_dtype(self) -> Any:
@@ -188,6 +230,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                      head_dim=256, d_ff=16384, rope_theta=10000.0, norm_eps=1e-6,
                      max_seq_len=8192, mlp_activation="gelu_tanh", scale_embeddings=True,
                      norm_plus_one=True),
+    # Gemma 3 1B (config.json of google/gemma-3-1b-it): q/k RMSNorm, four norms a layer, five
+    # sliding-window layers (512 tokens, RoPE base 10,000) then one global (RoPE base 1e6).
+    "gemma3-1b": dict(vocab_size=262144, d_model=1152, n_layers=26, n_heads=4, n_kv_heads=1,
+                      head_dim=256, d_ff=6912, rope_theta=1000000.0, norm_eps=1e-6,
+                      max_seq_len=32768, mlp_activation="gelu_tanh", scale_embeddings=True,
+                      norm_plus_one=True, qk_norm=True, post_norms=True, sliding_window=512,
+                      sliding_window_pattern=6, rope_local_theta=10000.0,
+                      query_pre_attn_scalar=256.0),
 }
 
 

@@ -1,6 +1,7 @@
 """Hugging Face checkpoint directories: `load_hf` and `save_hf`.
 
     cfg, params = load_hf("path/to/Qwen2.5-0.5B", dtype="bfloat16")
+    cfg, params = load_hf("Qwen/Qwen3-0.6B")   # a hub id: fetched into the Hugging Face cache
     save_hf("out/policy", cfg, params)   # opens with transformers' from_pretrained
 
 A directory holds `config.json` and either `model.safetensors` or shards listed in
@@ -30,6 +31,7 @@ import safetensors.numpy
 
 from rl_jax.models.config import ModelConfig
 from rl_jax.models.hf_config import from_hf_config, to_hf_config
+from rl_jax.models.hub import resolve_model_dir
 from rl_jax.models.layout import stack_layers, unstack_layers
 from rl_jax.models.model import init_params
 
@@ -66,7 +68,10 @@ def _name_map(cfg: ModelConfig) -> dict[str, tuple[tuple[str, ...], bool]]:
       out[f"{hf}.{module}.{proj}.weight"] = ((ours, module, proj, "kernel"), True)
       if bias:
         out[f"{hf}.{module}.{proj}.bias"] = ((ours, module, proj, "bias"), False)
-    for norm in ("input_layernorm", "post_attention_layernorm"):
+    norms = ("input_layernorm", "post_attention_layernorm")
+    if cfg.post_norms:
+      norms += ("pre_feedforward_layernorm", "post_feedforward_layernorm")
+    for norm in norms:
       out[f"{hf}.{norm}.weight"] = ((ours, norm, "weight"), False)
     if cfg.qk_norm:
       for norm in ("q_norm", "k_norm"):
@@ -98,14 +103,12 @@ def _read_tensors(files: Sequence[str]) -> Iterator[tuple[str, np.ndarray]]:
 
 
 def read_hf_config(path: str | os.PathLike) -> dict[str, Any]:
-  """The parsed `config.json` of checkpoint directory `path`.
+  """The parsed `config.json` of checkpoint directory `path` (or hub id: `resolve_model_dir`).
 
   Raises:
     FileNotFoundError: naming `path` when it or its config.json does not exist.
   """
-  path = os.fspath(path)
-  if not os.path.isdir(path):
-    raise FileNotFoundError(f"Hugging Face model directory {path!r} does not exist")
+  path = resolve_model_dir(path)
   config_file = os.path.join(path, CONFIG_FILE)
   if not os.path.isfile(config_file):
     raise FileNotFoundError(f"no {CONFIG_FILE} in Hugging Face model directory {path!r}")
@@ -118,25 +121,30 @@ def _dtype_name(dtype: Any) -> str:
 
 
 def load_hf(path: str | os.PathLike, dtype: Any = "float32", param_dtype: Any = None, *,
-            scan_layers: bool = False) -> tuple[ModelConfig, Params]:
+            scan_layers: bool = False, on_host: bool = False) -> tuple[ModelConfig, Params]:
   """Reads a Hugging Face checkpoint directory (config.json + safetensors).
 
   Args:
-    path: the directory.
+    path: the directory, or a hub id `ORG/NAME` (downloaded into the Hugging Face cache, or found
+      there offline: `models.hub.resolve_model_dir`).
     dtype: compute dtype ('float32' or 'bfloat16'; a jnp dtype also works). Norms, softmax and
       logits stay float32 either way.
     param_dtype: storage dtype of the parameters; defaults to `dtype`.
     scan_layers: return the config with `scan_layers=True` and the layers stacked.
+    on_host: leave the parameters in host memory (numpy leaves), for the caller to place with
+      its shardings (`jax.device_put`); otherwise they go to the default device.
 
   Returns:
-    (cfg, params): the config and a parameter tree in `param_dtype`, ready for `forward`.
+    (cfg, params): the config and a parameter tree in `param_dtype`, ready for `forward`. Each
+    tensor is converted from its stored dtype on its own (never a float32 copy of the whole
+    model: a bfloat16 checkpoint loaded as bfloat16 is not converted at all).
 
   Raises:
     FileNotFoundError: `path`, its config.json or its safetensors files are missing.
     ValueError: the config is not supported (see `hf_config`), a tensor is missing, unexpected
       or of the wrong shape.
   """
-  path = os.fspath(path)
+  path = resolve_model_dir(path)
   dtype = _dtype_name(dtype)
   param_dtype = _dtype_name(param_dtype) if param_dtype is not None else dtype
   cfg = from_hf_config(read_hf_config(path), dtype=dtype, param_dtype=param_dtype)
@@ -156,8 +164,8 @@ def load_hf(path: str | os.PathLike, dtype: Any = "float32", param_dtype: Any = 
     if array.shape != want_hf:
       raise ValueError(f"tensor {name!r} in {path!r} has shape {array.shape}; the config needs "
                        f"{want_hf}")
-    array = array.T if transpose else array
-    _set(params, tree_path, jnp.asarray(array.astype(NP_DTYPES[param_dtype])))
+    array = (array.T if transpose else array).astype(NP_DTYPES[param_dtype], copy=False)
+    _set(params, tree_path, np.ascontiguousarray(array) if on_host else jnp.asarray(array))
   if unexpected:
     raise ValueError(f"{path!r} has tensors this model does not use (a feature the config does "
                      f"not describe?): {sorted(unexpected)[:8]}")
@@ -195,7 +203,8 @@ def save_hf(path: str | os.PathLike, cfg: ModelConfig, params: Params, *,
   Args:
     path: output directory (created if missing; its config.json, model*.safetensors and
       index are replaced).
-    cfg: the model config (its switches pick the family: llama, qwen2, qwen3 or gemma).
+    cfg: the model config (its switches pick the family: llama, qwen2, qwen3, gemma or
+      gemma3_text).
     params: the parameter tree of `cfg` (either layer layout).
     max_shard_bytes: above this total size the weights go into several files plus
       `model.safetensors.index.json`.
@@ -209,6 +218,7 @@ def save_hf(path: str | os.PathLike, cfg: ModelConfig, params: Params, *,
   path = os.fspath(path)
   hf_config = to_hf_config(cfg)
   if copy_files_from is not None:
+    copy_files_from = resolve_model_dir(copy_files_from)
     source = read_hf_config(copy_files_from)
     hf_config.update({k: source[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")
                       if k in source})

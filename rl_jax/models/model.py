@@ -35,7 +35,7 @@ def init_params(cfg: ModelConfig, rng: jax.Array) -> Params:
   """Random parameters (a plain nested dict) for `cfg`."""
   tokens = jnp.zeros((1, 2), jnp.int32)
   key_mask = jnp.ones((1, 2, 2), bool)
-  return Transformer(cfg).init(rng, tokens, tokens, key_mask)["params"]
+  return Transformer(cfg).init(rng, tokens, tokens, key_mask, key_positions=tokens)["params"]
 
 
 def cast_params(cfg: ModelConfig, params: Params) -> Params:
@@ -61,8 +61,15 @@ def unembedding(cfg: ModelConfig, params: Params) -> jax.Array:
 def logits_from_hidden(cfg: ModelConfig, params: Params, hidden: jax.Array) -> jax.Array:
   """hidden [..., D] -> float32 logits [..., V]."""
   w = unembedding(cfg, params).astype(cfg.compute_dtype)
-  return jnp.einsum("...d,dv->...v", hidden.astype(cfg.compute_dtype), w,
-                    preferred_element_type=jnp.float32)
+  logits = jnp.einsum("...d,dv->...v", hidden.astype(cfg.compute_dtype), w,
+                      preferred_element_type=jnp.float32)
+  return softcap_logits(cfg, logits)
+
+
+def softcap_logits(cfg: ModelConfig, logits: jax.Array) -> jax.Array:
+  """c * tanh(logits / c) with c = `cfg.final_logit_softcap`; `logits` unchanged where c is 0."""
+  c = cfg.final_logit_softcap
+  return logits if not c else c * jnp.tanh(logits / c)
 
 
 def _check_tokens(tokens: jax.Array, mask: jax.Array) -> None:
@@ -87,8 +94,9 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens: jax.Array,
   t = tokens.shape[1]
   causal = jnp.tril(jnp.ones((t, t), bool))
   key_mask = causal[None] & attention_mask[:, None, :]
-  hidden, _ = Transformer(cfg).apply({"params": params}, tokens,
-                                     positions_from_mask(attention_mask), key_mask)
+  positions = positions_from_mask(attention_mask)
+  hidden, _ = Transformer(cfg).apply({"params": params}, tokens, positions, key_mask,
+                                     key_positions=positions)
   return hidden
 
 
@@ -100,8 +108,9 @@ def hidden_states_and_kv(cfg: ModelConfig, params: Params, tokens: jax.Array,
   attention_mask = attention_mask.astype(bool)
   t = tokens.shape[1]
   key_mask = jnp.tril(jnp.ones((t, t), bool))[None] & attention_mask[:, None, :]
-  return Transformer(cfg).apply({"params": params}, tokens, positions_from_mask(attention_mask),
-                                key_mask, return_kv=True)
+  positions = positions_from_mask(attention_mask)
+  return Transformer(cfg).apply({"params": params}, tokens, positions, key_mask, return_kv=True,
+                                key_positions=positions)
 
 
 def hidden_states_after(cfg: ModelConfig, params: Params, prefix_kv: tuple[jax.Array, jax.Array],
@@ -123,8 +132,9 @@ def hidden_states_after(cfg: ModelConfig, params: Params, prefix_kv: tuple[jax.A
   key_mask = jnp.concatenate(
       [jnp.broadcast_to(prefix_mask[:, None, :], (b, l, prefix_mask.shape[1])),
        jnp.tril(jnp.ones((l, l), bool))[None] & attention_mask[:, None, :]], axis=-1)
+  key_positions = jnp.concatenate([positions_from_mask(prefix_mask), positions], axis=-1)
   hidden, _ = Transformer(cfg).apply({"params": params}, tokens, positions, key_mask,
-                                     prefix=prefix_kv)
+                                     prefix=prefix_kv, key_positions=key_positions)
   return hidden
 
 
@@ -152,7 +162,11 @@ def extend(cfg: ModelConfig, params: Params, cache: KVCache, tokens: jax.Array,
     query_slots = cache.index + jnp.arange(l)
     key_mask = (slots[None, :] <= query_slots[:, None])[None] & kv_mask[:, None, :]
   positions = cache.pos[:, None] + positions_from_mask(mask)
-  hidden, (k, v) = Transformer(cfg).apply({"params": params}, tokens, positions, key_mask, cache)
+  # A slot's token has as position the number of real slots before it (`KVCache` invariant), so
+  # the sliding window is measured in positions whatever the slot layout (refill, tree forks).
+  key_positions = positions_from_mask(kv_mask) if cfg.sliding_window else None
+  hidden, (k, v) = Transformer(cfg).apply({"params": params}, tokens, positions, key_mask, cache,
+                                          key_positions=key_positions)
   new_cache = KVCache(k=k, v=v, mask=kv_mask,
                       pos=cache.pos + mask.sum(axis=-1, dtype=jnp.int32),
                       index=cache.index + l)

@@ -18,9 +18,11 @@ from rl_jax.models.config import ModelConfig
 
 
 @functools.lru_cache(maxsize=64)
-def _inv_freq(cfg: ModelConfig) -> np.ndarray:
+def _inv_freq(cfg: ModelConfig, local: bool = False) -> np.ndarray:
   hd = cfg.hd
   exponents = np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd)
+  if local and cfg.rope_local_theta:  # Local layers: their own base, never scaled (Gemma 3).
+    return (1.0 / (np.float32(cfg.rope_local_theta) ** exponents)).astype(np.float32)
   inv_freq = (1.0 / (np.float32(cfg.rope_theta) ** exponents)).astype(np.float32)
   if cfg.rope_scaling == "linear":
     inv_freq = inv_freq / np.float32(cfg.rope_factor)
@@ -39,9 +41,11 @@ def _inv_freq(cfg: ModelConfig) -> np.ndarray:
   return inv_freq
 
 
-def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
-  """Float32 inverse frequencies [head_dim / 2] of `cfg` (scaled per `cfg.rope_scaling`)."""
-  return _inv_freq(cfg).copy()
+def rope_frequencies(cfg: ModelConfig, local: bool = False) -> np.ndarray:
+  """Float32 inverse frequencies [head_dim / 2] of `cfg`'s global layers (scaled per
+  `cfg.rope_scaling`), or with `local` of its sliding-window layers (`cfg.rope_local_theta`,
+  unscaled; the global ones where that is 0)."""
+  return _inv_freq(cfg, local).copy()
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:

@@ -1,4 +1,5 @@
-"""Flax Linen decoder: RMSNorm, RoPE, grouped-query attention, gated MLP.
+"""Flax Linen decoder: RMSNorm, RoPE, grouped-query attention (optionally sliding-window on some
+layers), gated MLP.
 
 `Transformer.__call__` serves both a full forward pass (no cache) and cached decoding (a block of
 L new tokens written into an explicit `KVCache` at slot `cache.index`). Parameter names follow the
@@ -49,8 +50,13 @@ class Attention(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, key_mask, kv, write_index, prefix=None, layer=None):
+  def __call__(self, x, positions, key_mask, kv, write_index, prefix=None, layer=None,
+               local_mask=None, local=False):
     """x: [B, L, D]; key_mask: [B, L, S] (see Transformer).
+
+    local_mask: None, or key_mask restricted to the sliding window (`ModelConfig.sliding_window`);
+    `local` (a Python bool, or a traced [] bool under a layer scan) says whether this layer is a
+    local one: it then reads local_mask and the local RoPE frequencies.
 
     prefix: None, or this layer's read-only (k, v), each [B, KVH, P, hd], of earlier tokens: the
     keys are the prefix followed by the L new ones (S = P + L).
@@ -81,6 +87,10 @@ class Attention(nn.Module):
       q = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="q_norm")(q)
       k = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="k_norm")(k)
     inv_freq = rope_frequencies(cfg)
+    if cfg.rope_local_theta:
+      inv_freq = _pick(local, rope_frequencies(cfg, local=True), inv_freq)
+    if local_mask is not None:
+      key_mask = _pick(local, local_mask, key_mask)
     q = apply_rope(q, positions, inv_freq)
     k = apply_rope(k, positions, inv_freq).transpose(0, 2, 1, 3)      # [B, KVH, L, hd]
     if kv is not None:
@@ -97,12 +107,19 @@ class Attention(nn.Module):
     groups = cfg.n_heads // cfg.n_kv_heads
     qg = q.reshape(b, l, cfg.n_kv_heads, groups, cfg.hd)
     scores = jnp.einsum("blkgd,bksd->bkgls", qg, k_all.astype(qg.dtype),
-                        preferred_element_type=jnp.float32) * (cfg.hd ** -0.5)
+                        preferred_element_type=jnp.float32) * cfg.attn_scale
     scores = jnp.where(key_mask[:, None, None, :, :], scores, _NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
     out = jnp.einsum("bkgls,bksd->blkgd", probs, v_all.astype(cfg.compute_dtype))
     out = out.reshape(b, l, cfg.n_heads * cfg.hd)
     return _dense(cfg, cfg.d_model, "o_proj")(out), new_kv, (k, v)
+
+
+def _pick(local, if_local: jax.Array, if_global: jax.Array) -> jax.Array:
+  """`if_local` for a local layer, else `if_global`; `local` is a Python bool or a traced []."""
+  if isinstance(local, bool):
+    return if_local if local else if_global
+  return jnp.where(local, jnp.asarray(if_local), jnp.asarray(if_global))
 
 
 def _write(buf: jax.Array, new: jax.Array, write_index: jax.Array,
@@ -135,17 +152,25 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+  """One decoder layer: pre-norm attention and MLP residual branches; with `cfg.post_norms`
+  each branch's output is normed too (Gemma 3's four norms)."""
+
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, key_mask, kv, write_index, prefix=None, layer=None):
+  def __call__(self, x, positions, key_mask, kv, write_index, prefix=None, layer=None,
+               local_mask=None, local=False):
     cfg = self.cfg
-    h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="input_layernorm")(x)
+    norm = lambda name: RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name=name)
+    h = norm("input_layernorm")(x)
     a, new_kv, own_kv = Attention(cfg, name="self_attn")(h, positions, key_mask, kv, write_index,
-                                                         prefix, layer)
+                                                         prefix, layer, local_mask, local)
+    if cfg.post_norms:
+      x = x + norm("post_attention_layernorm")(a)
+      m = MLP(cfg, name="mlp")(norm("pre_feedforward_layernorm")(x))
+      return x + norm("post_feedforward_layernorm")(m), new_kv, own_kv
     x = x + a
-    h = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype,
-                name="post_attention_layernorm")(x)
+    h = norm("post_attention_layernorm")(x)
     return x + MLP(cfg, name="mlp")(h), new_kv, own_kv
 
 
@@ -156,7 +181,8 @@ class Transformer(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: jax.Array, positions: jax.Array, key_mask: jax.Array,
-               cache: Optional[KVCache] = None, prefix=None, return_kv: bool = False):
+               cache: Optional[KVCache] = None, prefix=None, return_kv: bool = False,
+               key_positions: Optional[jax.Array] = None):
     """Runs the decoder on `tokens` [B, L].
 
     Args:
@@ -168,6 +194,9 @@ class Transformer(nn.Module):
       prefix: (without a cache) read-only (k, v) stacks [n_layers, B, KVH, P, hd] of P earlier
         tokens, e.g. a prompt shared by several rows; key_mask is then [B, L, P + L].
       return_kv: (without a cache) return the L tokens' own (k, v) stacks instead of None.
+      key_positions: [B, S] int32 position of the token in each key slot (where key_mask
+        allows it); required with `cfg.sliding_window`, whose local layers also drop the keys
+        with positions[b, l] - key_positions[b, s] >= sliding_window.
 
     With `cfg.scan_layers` the blocks run under `nn.scan` over parameters stacked on a leading
     layer axis (`layers/...`), else unrolled (`layers_0/...` .. `layers_{L-1}/...`).
@@ -185,12 +214,19 @@ class Transformer(nn.Module):
     if cfg.scale_embeddings:
       x = x * jnp.asarray(cfg.d_model ** 0.5, x.dtype)
     write_index = None if cache is None else cache.index
+    local_mask = None
+    if cfg.sliding_window:
+      if key_positions is None:
+        raise ValueError("ModelConfig.sliding_window needs the key slots' positions "
+                         "(Transformer key_positions)")
+      behind = positions[:, :, None] - key_positions[:, None, :]
+      local_mask = key_mask & (behind < cfg.sliding_window)
     if cfg.scan_layers:
       x, new_kv, own_kv = self._scanned(x, positions, key_mask, cache, write_index, prefix,
-                                        return_kv)
+                                        return_kv, local_mask)
     else:
       x, new_kv, own_kv = self._unrolled(x, positions, key_mask, cache, write_index, prefix,
-                                         return_kv)
+                                         return_kv, local_mask)
     x = RMSNorm(cfg.norm_eps, cfg.norm_plus_one, cfg.params_dtype, name="norm")(x)
     if not cfg.tie_embeddings:  # Otherwise the transposed embedding is the unembedding.
       self.param("lm_head", nn.initializers.normal(0.02), (cfg.d_model, cfg.vocab_size),
@@ -199,7 +235,8 @@ class Transformer(nn.Module):
       return x, new_kv
     return x, own_kv if return_kv else None
 
-  def _unrolled(self, x, positions, key_mask, cache, write_index, prefix, return_kv):
+  def _unrolled(self, x, positions, key_mask, cache, write_index, prefix, return_kv,
+                local_mask):
     """n_layers blocks `layers_0` .. `layers_{L-1}`, each traced and compiled on its own."""
     cfg = self.cfg
     block = Block if cfg.remat == "none" else nn.remat(Block, policy=REMAT_POLICIES[cfg.remat])
@@ -208,7 +245,8 @@ class Transformer(nn.Module):
       kv = None if cache is None else (cache.k[i], cache.v[i])
       layer_prefix = None if prefix is None else (prefix[0][i], prefix[1][i])
       x, kv, own = block(cfg, name=f"layers_{i}")(x, positions, key_mask, kv, write_index,
-                                                  layer_prefix)
+                                                  layer_prefix, None, local_mask,
+                                                  cfg.is_local(i))
       if kv is not None:
         new_k.append(kv[0])
         new_v.append(kv[1])
@@ -217,7 +255,8 @@ class Transformer(nn.Module):
     own_kv = (jnp.stack(own_k), jnp.stack(own_v)) if return_kv else None
     return x, (tuple(new_k), tuple(new_v)), own_kv
 
-  def _scanned(self, x, positions, key_mask, cache, write_index, prefix, return_kv):
+  def _scanned(self, x, positions, key_mask, cache, write_index, prefix, return_kv,
+               local_mask):
     """One block `layers` (parameters [n_layers, ...]) under `nn.scan`: the carry is the
     residual stream and the stacked cache (written in place, layer by layer); the scanned inputs
     are the layer index and the prefix's layer; the outputs the tokens' own keys/values (only
@@ -229,13 +268,17 @@ class Transformer(nn.Module):
 
     def step(layer_block, carry, xs):
       y, kv = carry
-      layer, layer_prefix = xs
-      y, kv, own = layer_block(y, positions, key_mask, kv, write_index, layer_prefix, layer)
+      layer, layer_prefix, local = xs
+      y, kv, own = layer_block(y, positions, key_mask, kv, write_index, layer_prefix, layer,
+                               local_mask, False if local is None else local)
       return (y, kv), (own if return_kv else None)
 
     scan = nn.scan(step, variable_axes={"params": 0}, split_rngs={"params": True},
                    length=cfg.n_layers)
     kv = None if cache is None else (cache.k, cache.v)
+    # Each layer's kind, scanned beside it (None without local layers: the program is unchanged).
+    local = (jnp.asarray(cfg.local_layers)
+             if cfg.sliding_window or cfg.rope_local_theta else None)
     (x, kv), own = scan(block(cfg, name="layers"), (x, kv),
-                        (jnp.arange(cfg.n_layers), prefix))
+                        (jnp.arange(cfg.n_layers), prefix, local))
     return x, kv, own

@@ -50,6 +50,9 @@ def completion_logprobs(cfg: models.ModelConfig, params, prompt: jax.Array,
     tokens = jnp.concatenate([prompt, completion], axis=1)
     mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
     hidden = models.hidden_states(cfg, params, tokens, mask)[:, p - 1:-1]
+  if cfg.final_logit_softcap:  # Soft-capped logits (Gemma 3 option): not fused, [B, T, V].
+    return _softcapped_logprobs(cfg, params, hidden, completion, completion_mask, temperature,
+                                with_entropy)
   # A tied embedding is passed as stored ([V, D], vocab_major): `models.unembedding` would give
   # its transpose, which the vocabulary-blocked loops would copy whole (and its gradient too).
   if cfg.tie_embeddings:
@@ -86,3 +89,20 @@ def _shared_prompt_hidden(cfg: models.ModelConfig, params, prompt, prompt_mask, 
       cfg, params, (k[:, rows], v[:, rows]), um[rows], jnp.asarray(completion)[:, :-1],
       jnp.asarray(completion_mask, bool)[:, :-1])
   return jnp.concatenate([prompt_hidden[rows, -1:], comp_hidden], axis=1)
+
+
+def _softcapped_logprobs(cfg: models.ModelConfig, params, hidden, completion, completion_mask,
+                         temperature: float, with_entropy: bool):
+  """`completion_logprobs` through the full soft-capped logits [B, T, V] (the fused kernel has
+  no soft-cap): the sampler's `models.logits_from_hidden`, divided by the temperature."""
+  logits = models.logits_from_hidden(cfg, params, hidden)
+  if temperature not in (0.0, 1.0):
+    logits = logits / temperature
+  logz = jax.nn.logsumexp(logits, axis=-1)
+  logp = jnp.take_along_axis(logits, completion[..., None], axis=-1)[..., 0] - logz
+  logp = jnp.where(completion_mask, logp, 0.0)
+  if not with_entropy:
+    return logp
+  probs = jax.nn.softmax(logits, axis=-1)
+  entropy = logz - jnp.sum(probs * logits, axis=-1)
+  return logp, jnp.where(completion_mask, entropy, 0.0)

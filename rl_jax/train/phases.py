@@ -73,9 +73,11 @@ def init_params(exp: Experiment) -> Any:
 
 def _load_params(exp: Experiment) -> Any:
   path = exp.config.model.path
+  # Host arrays in the master dtype, then each placed with its sharding (no device holds the
+  # whole model first).
   cfg, params = models.load_hf(path, dtype=exp.model_cfg.dtype,
                                param_dtype=exp.master_cfg.param_dtype,
-                               scan_layers=exp.model_cfg.scan_layers)
+                               scan_layers=exp.model_cfg.scan_layers, on_host=True)
   if dataclasses.replace(cfg, remat=exp.model_cfg.remat) != exp.master_cfg:
     raise ValueError(f"config.model.path={path!r} now holds {cfg}; the run was built for "
                      f"{exp.master_cfg}")

@@ -5,6 +5,7 @@ Each test builds a 2-layer, width-64, vocab-128 float32 model with transformers,
 (atol 1e-4). `models.save_hf` output must load back in transformers with the same logits.
 """
 
+import dataclasses
 import json
 import os
 
@@ -35,6 +36,20 @@ FAMILIES = {
     "gemma": (transformers.GemmaConfig, dict(head_dim=16, num_key_value_heads=1,
                                              hidden_act="gelu_pytorch_tanh")),
     "smollm2": (transformers.LlamaConfig, dict(tie_word_embeddings=True, rope_theta=100000.0)),
+    # Gemma 3 (text): a window of 3 < T on layers 0 and 2 (layer 1 global), per-kind RoPE bases,
+    # q/k norms, four norms a layer, query_pre_attn_scalar != head_dim, logit soft-capping.
+    "gemma3": (transformers.Gemma3TextConfig, dict(
+        head_dim=16, num_hidden_layers=3, sliding_window=3, sliding_window_pattern=2,
+        query_pre_attn_scalar=24, final_logit_softcapping=5.0,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                         "full_attention": {"rope_type": "default", "rope_theta": 10000.0}})),
+    # Gemma 3 4B's RoPE: linear scaling (factor 8) on the global layers only.
+    "gemma3_scaled": (transformers.Gemma3TextConfig, dict(
+        head_dim=16, num_hidden_layers=2, sliding_window=2, sliding_window_pattern=2,
+        query_pre_attn_scalar=16,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 1e6}})),
 }
 
 
@@ -104,6 +119,12 @@ def test_family_switches_from_config(tmp_path):
       "gemma": dict(mlp_activation="gelu_tanh", scale_embeddings=True, norm_plus_one=True,
                     tie_embeddings=True, n_kv_heads=1),
       "smollm2": dict(rope_scaling="none", tie_embeddings=True, rope_theta=100000.0),
+      "gemma3": dict(qk_norm=True, post_norms=True, norm_plus_one=True, sliding_window=3,
+                     sliding_window_pattern=2, local_layers=(True, False, True),
+                     rope_theta=10000.0, rope_local_theta=100.0, query_pre_attn_scalar=24.0,
+                     final_logit_softcap=5.0, n_layers=3),
+      "gemma3_scaled": dict(rope_scaling="linear", rope_factor=8.0, rope_theta=1e6,
+                            rope_local_theta=10000.0, local_layers=(True, False)),
   }
   for family, fields in expected.items():
     cfg = models.from_hf_config(make_hf_model(family).config.to_dict())
@@ -234,3 +255,32 @@ def test_transformers4_config_layout_reads_the_same():
       "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
       "original_max_position_embeddings": 64})
   assert models.from_hf_config(v4) == models.from_hf_config(v5)
+
+
+def test_gemma3_window_matters_and_scanned_layers_match(tmp_path):
+  """The window changes the logits (a full-attention model differs), and the scanned layout
+  (layer kinds scanned beside the stacked parameters) gives the unrolled one's."""
+  model = make_hf_model("gemma3")
+  model.save_pretrained(tmp_path / "hf")
+  tokens, mask = padded_batch()
+  cfg, params = models.load_hf(tmp_path / "hf")
+  ours = our_logits(cfg, params, tokens, mask)
+  unwindowed = our_logits(dataclasses.replace(cfg, sliding_window=T), params, tokens, mask)
+  assert np.abs(ours[0, -1] - unwindowed[0, -1]).max() > 1e-2  # Row 0 is longer than 3.
+  np.testing.assert_allclose(ours[2, -1], unwindowed[2, -1], atol=1e-6)  # One token: no effect.
+  scfg, sparams = models.load_hf(tmp_path / "hf", scan_layers=True)
+  np.testing.assert_allclose(our_logits(scfg, sparams, tokens, mask)[mask], ours[mask],
+                             atol=1e-5, rtol=0)
+
+
+def test_gemma3_transformers4_config_reads_the_same():
+  v5 = make_hf_model("gemma3").config.to_dict()
+  v4 = {k: v for k, v in v5.items() if k not in ("rope_parameters", "layer_types")}
+  v4.update(rope_theta=10000.0, rope_local_base_freq=100.0, sliding_window_pattern=2,
+            rope_scaling=None)
+  assert models.from_hf_config(v4) == models.from_hf_config(v5)
+  with pytest.raises(ValueError, match="layer_types"):
+    models.from_hf_config({**v5, "layer_types": ["full_attention", "sliding_attention",
+                                                 "sliding_attention"]})
+  with pytest.raises(ValueError, match="model_type='gemma3'"):
+    models.from_hf_config({**v5, "model_type": "gemma3"})

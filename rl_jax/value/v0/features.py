@@ -54,6 +54,7 @@ class CheckpointFeatures:
   def __init__(self, path: str, texts, max_length: int = 512, chunk: int = 64):
     from rl_jax.data.batching import encode_prompts  # pylint: disable=import-outside-toplevel
     from rl_jax.tokenizers import HFTokenizer  # pylint: disable=import-outside-toplevel
+    path = models.resolve_model_dir(path)  # a directory, or a hub id fetched into the cache
     self.cfg, self.params = models.load_hf(path)
     self.prompts, self.mask = encode_prompts(HFTokenizer(path), list(texts),
                                              max_length=max_length)
