@@ -6,7 +6,7 @@ template, math task, rewards, GRPO); a preset changes only where and at what siz
 
 | preset | mesh (data, fsdp, tensor) | what it holds |
 |---|---|---|
-| `cpu_smoke` | one device | two RL steps of 2 prompts x 2 samples, 8 new tokens, float32, on a tiny random-weight twin of the checkpoint (`--config.model.path=DIR`) and a JSONL file of problems (`--config.task.options.path=FILE`); the test suite runs it |
+| `cpu_smoke` | one device | two RL steps of 2 prompts x 2 samples, 32 new tokens, float32, on a tiny random-weight twin of the checkpoint (`--config.model.path=DIR`) and a JSONL file of problems (`--config.task.options.path=FILE`); the test suite runs it |
 | `gpu1` ('' too) | one device | the recipe's shape, bfloat16 matmuls over float32 parameters and AdamW state, full remat, micro-batches |
 | `gpu8` | FSDP over every device | as gpu1, sharded |
 | `v5e8` | FSDP over 8 chips (v5e:2x4) | as gpu8, scanned layers, the refill rollout engine (`recipe.v5e8`) |
@@ -135,7 +135,7 @@ def config(recipe: Recipe, preset: str, *, name: str) -> ml_collections.ConfigDi
     c.model.update(dtype="float32", remat="none")
     c.task.update(train_size=8, eval_size=2)
     c.task.options = ml_collections.ConfigDict({**dict(recipe.task_options), **SMOKE_TASK})
-    c.sampling.max_new_tokens = 8
+    c.sampling.max_new_tokens = 32
     c.rl.update(steps=2, prompts_per_step=2, group_size=2, eval_every=0, eval_subset=0,
                 num_minibatches=1)
     c.eval.batch_size = 2
