@@ -58,19 +58,22 @@ def _write_problems(path, kind, n=12):
                    "answer": f"She has {i + 2} + {i + 5} = <<{i + 2}+{i + 5}={2 * i + 7}>>"
                              f"{2 * i + 7} pens.\n#### {2 * i + 7}"})
     else:
+      # MATH-500's short `answer` field (a whole MATH solution would not fit the smoke's tokens).
       rows.append({"question": f"Simplify $\\frac{{{2 * (i + 1)}}}{{{2 * (i + 2)}}}$.",
-                   "answer": f"Divide by 2: $\\boxed{{\\frac{{{i + 1}}}{{{i + 2}}}}}$."})
+                   "answer": f"\\frac{{{i + 1}}}{{{i + 2}}}"})
   with open(path, "w") as f:
     f.write("\n".join(json.dumps(r) for r in rows) + "\n")
   return str(path)
 
 
 def _gemma3_twin(path, vocab_size):
-  """A tiny random Gemma 3 text checkpoint written by transformers itself."""
+  """A tiny random Gemma 3 text checkpoint written by transformers itself: one sliding-window
+  layer (window 8, shorter than the smoke's sequences) and one global layer."""
   import transformers  # pylint: disable=import-outside-toplevel
   cfg = transformers.Gemma3TextConfig(
       vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
       num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8,
+      layer_types=["sliding_attention", "full_attention"],
       max_position_embeddings=512, bos_token_id=2, eos_token_id=1, pad_token_id=0)
   transformers.Gemma3ForCausalLM(cfg).save_pretrained(str(path), safe_serialization=True)
 
