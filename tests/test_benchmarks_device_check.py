@@ -21,7 +21,8 @@ def test_tiny_run_prints_one_json_line(tmp_path):
   model_dir = tmp_path / "smollm2"
   model_dir.mkdir()
   test_smollm2_config._write_checkpoint(str(model_dir))  # pylint: disable=protected-access
-  problems = test_recipes._write_problems(tmp_path / "p.jsonl", "gsm8k")  # pylint: disable=protected-access
+  write_problems = test_recipes._write_problems  # pylint: disable=protected-access
+  problems = write_problems(tmp_path / "p.jsonl", "gsm8k")
   proc = subprocess.run(
       [sys.executable, "-m", "benchmarks.device_check", "--tiny", f"--smollm2_dir={model_dir}",
        f"--problems={problems}", "--steps=2", f"--workdir={tmp_path / 'runs'}"],

@@ -88,7 +88,8 @@ def _twin(root, family):
     test_smollm2_config._write_checkpoint(str(path))  # pylint: disable=protected-access
     return str(path)
   tok_family = "gemma" if family == "gemma3" else family
-  tok_dir = test_chat_templates._family_dir(root / "tokenizers", tok_family)  # pylint: disable=protected-access
+  family_dir = test_chat_templates._family_dir  # pylint: disable=protected-access
+  tok_dir = family_dir(root / "tokenizers", tok_family)
   vocab = json.load(open(tok_dir / "tokenizer.json"))
   vocab_size = max([*vocab["model"]["vocab"].values(),
                     *(t["id"] for t in vocab["added_tokens"])]) + 1

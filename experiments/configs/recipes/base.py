@@ -4,18 +4,20 @@ A recipe (one file per checkpoint and task) is a `Recipe`; `config(recipe, prese
 an experiment config. Every preset runs the same pipeline (checkpoint, tokenizer and chat
 template, math task, rewards, GRPO); a preset changes only where and at what size it runs:
 
-| preset | mesh (data, fsdp, tensor) | what it holds |
-|---|---|---|
-| `cpu_smoke` | one device | two RL steps of 2 prompts x 2 samples, 32 new tokens, float32, on a tiny random-weight twin of the checkpoint (`--config.model.path=DIR`) and a JSONL file of problems (`--config.task.options.path=FILE`); the test suite runs it |
-| `gpu1` ('' too) | one device | the recipe's shape, bfloat16 matmuls over float32 parameters and AdamW state, full remat, micro-batches |
-| `gpu8` | FSDP over every device | as gpu1, sharded |
-| `v5e8` | FSDP over 8 chips (v5e:2x4) | as gpu8, scanned layers, the refill rollout engine (`recipe.v5e8`) |
-| `v6e8` | FSDP over 8 chips (v6e:2x4) | as v5e8 (`recipe.v6e8`) |
+* `cpu_smoke`: one device; two RL steps of 2 prompts x 2 samples, 32 new tokens, float32, on a
+  tiny random-weight twin of the checkpoint (`--config.model.path=DIR`) and a JSONL file of
+  problems (`--config.task.options.path=FILE`); the test suite runs it.
+* `gpu1` (also ''): one device; the recipe's shape, bfloat16 matmuls over float32 parameters and
+  AdamW state, full remat, `Recipe.micro_batches` micro-batches.
+* `gpu8`: as gpu1, with parameters, optimizer state and rows sharded over every device (FSDP,
+  `mesh.shape=(1, -1, 1)`).
+* `v5e8`, `v6e8`: as gpu8 on the 8 chips of a v5e-8 / v6e-8, with scanned layers and the refill
+  rollout engine (`TPU_DEFAULTS`), plus the recipe's own overrides (`Recipe.v5e8`, `Recipe.v6e8`).
 
 The TPU presets compile for their topology (`experiments/aot_results/`, the table in
 docs/scaling.md): `python -m experiments.aot --config=FILE:v5e8 --topology=v5e:2x4
 --config.model.path=''` compiles the architecture the recipe records (`Recipe.arch`, the
-checkpoint's config.json as a `models.PRESETS` entry) without the weights.
+checkpoint's config.json as ModelConfig fields) without the weights.
 
 Rewards: math-verify on the answer after any thinking block (`math_verify`, weight 1) plus a
 format reward for a `\\boxed{}` answer (`boxed`, weight 0.1), each logged on its own.

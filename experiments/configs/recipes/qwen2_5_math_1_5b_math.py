@@ -1,4 +1,4 @@
-"""Zero-RL: GRPO on MATH from the base model Qwen2.5-Math-1.5B, no chat template, `\\boxed{}` answers.
+"""Zero-RL: GRPO on MATH from the base model Qwen2.5-Math-1.5B, no chat template, boxed answers.
 
     python -m experiments.run --config=experiments/configs/recipes/qwen2_5_math_1_5b_math.py:gpu1 \
         --workdir=runs/qwen2.5-math-1.5b-math

@@ -19,9 +19,9 @@ Presets: `cpu_smoke`, `gpu1` (''), `gpu8`, `v5e8`, `v6e8` (experiments/configs/r
   tokens; here 64 prompts x 8 samples per step (verl: 1,024 prompts x 5 in mini-batches of 256)
   and 200 steps (~1.7 epochs of the 7,473 problems).
 * Reference result: none published for GRPO from this checkpoint on GSM8K. The Qwen3 technical
-  report gives GSM8K (4-shot CoT) for the base model Qwen3-1.7B-Base: 75.4; verl's baseline for a
-  model of this size is Qwen2.5-0.5B-Instruct, 49.6 -> 56.7 with PPO. Evaluate with
-  `python -m experiments.eval --workdir=RUN --dataset=gsm8k`.
+  report gives GSM8K (4-shot CoT) for the base model Qwen3-1.7B-Base: 75.4; verl's GSM8K
+  baseline for a small instruct model is Qwen2.5-0.5B-Instruct, 49.6 -> 56.7 with PPO. Evaluate
+  with `python -m experiments.eval --workdir=RUN --dataset=gsm8k`.
 
 TPU presets: at 64 x 8 x 1,024 the rollout needs the refill engine and rl_step full remat on a
 v5e-8 (the compile table in docs/scaling.md); v5e8 and v6e8 compile (experiments/aot_results/
