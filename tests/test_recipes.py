@@ -109,6 +109,13 @@ def twins(tmp_path_factory):
   return lambda family: _twin(root, family)
 
 
+@pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory):
+  """A compilation cache private to this file's runs: the two Qwen3 recipes share a twin, so the
+  second run reads the first one's programs instead of compiling them."""
+  return str(tmp_path_factory.mktemp("compile_cache"))
+
+
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_every_preset_builds_the_same_pipeline(name):
   """The presets differ in platform settings only: template, task, rewards and GRPO agree."""
@@ -139,7 +146,7 @@ def test_qwen3_recipes_switch_thinking_off_and_ask_for_a_boxed_answer():
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
-def test_cpu_smoke_runs_two_rl_steps(name, twins, tmp_path):
+def test_cpu_smoke_runs_two_rl_steps(name, twins, compile_cache, tmp_path):
   family, kind = RECIPES[name]
   if family == "gemma3" and "gemma3_text" not in hf_config.FAMILIES:
     pytest.fail("the Gemma 3 recipe's smoke run needs the gemma3_text layout in rl_jax.models "
@@ -152,7 +159,8 @@ def test_cpu_smoke_runs_two_rl_steps(name, twins, tmp_path):
       [sys.executable, "-m", "experiments.run",
        f"--config=experiments/configs/recipes/{name}.py:cpu_smoke", f"--workdir={workdir}",
        f"--config.model.path={model_dir}", f"--config.task.options.path={problems}"],
-      cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+      cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+      env={**os.environ, "RL_JAX_COMPILE_CACHE_DIR": compile_cache})
   assert proc.returncode == 0, proc.stderr[-4000:]
   with open(workdir / "summary.json") as f:
     summary = json.load(f)
