@@ -136,6 +136,21 @@ def test_every_preset_builds_the_same_pipeline(name):
     _recipe(name).get_config("tpu")
 
 
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_preset_passes_the_config_check(name, twins, tmp_path):
+  """Each preset with a checkpoint directory and a problems file is a run the loop accepts (the
+  checks `loop.run` makes before anything runs: names, ranges, engine and batch settings)."""
+  from rl_jax.train import config_check  # pylint: disable=import-outside-toplevel
+  family, kind = RECIPES[name]
+  problems = _write_problems(tmp_path / "problems.jsonl", kind)
+  for preset in base.PRESETS:
+    c = _recipe(name).get_config(preset).copy_and_resolve_references()
+    c.model.path = twins(family)
+    with c.unlocked():
+      c.task.options.update(source="jsonl", path=problems)
+    config_check.check(c)
+
+
 def test_qwen3_recipes_switch_thinking_off_and_ask_for_a_boxed_answer():
   for name in ("qwen3_0_6b_gsm8k", "qwen3_1_7b_gsm8k"):
     c = _recipe(name).get_config("gpu1")
