@@ -18,8 +18,9 @@ Prints one JSON line: the device, and per run `steps`, `step_seconds` (median ov
 after the first, which compiles), `first_step_seconds`, `tokens_per_second` (rollout tokens of
 those steps / their time), `peak_device_bytes` (`memory_stats()['peak_bytes_in_use']` after the
 run, the process's peak so far, so (b)'s covers (a)'s; null where the device reports none),
-`accuracy` (held-out greedy accuracy after the steps), `wall_seconds`. With the defaults the two
-runs take a few minutes on one H200-class GPU (budget: under 8). `--tiny` swaps in tiny shapes
+`accuracy` (held-out greedy accuracy after the steps), `wall_seconds`. The budget is under 8
+minutes on one GPU with the defaults (4 steps each, 64 held-out problems); it has not been timed
+on one yet ((b)'s rollouts of 512 x 1,024 tokens should dominate). `--tiny` swaps in tiny shapes
 (a 2-layer Qwen3-layout twin, 2 prompts x 2 samples x 32 tokens) so the CPU test runs it end to
 end; `--smollm2_dir` is then any tiny SmolLM2-layout checkpoint with a tokenizer.
 """
