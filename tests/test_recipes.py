@@ -130,6 +130,7 @@ def test_every_preset_builds_the_same_pipeline(name):
     assert (c.rl.advantage, c.rl.kl_coef, c.rl.optim.lr, c.rl.aggregation) == (
         want.rl.advantage, want.rl.kl_coef, want.rl.optim.lr, want.rl.aggregation), preset
   assert configs["cpu_smoke"].rl.steps == 2 and configs["cpu_smoke"].task.options.source == "jsonl"
+  assert "* Reference result:" in _recipe(name).__doc__  # each recipe states one (or none known)
   for preset in ("gpu8", "v5e8", "v6e8"):
     assert tuple(configs[preset].mesh.shape) == (1, -1, 1), preset
   with pytest.raises(ValueError, match="unknown variant 'tpu'"):

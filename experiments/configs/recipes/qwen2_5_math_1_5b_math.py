@@ -26,7 +26,7 @@ Presets: `cpu_smoke`, `gpu1` (''), `gpu8`, `v5e8`, `v6e8` (experiments/configs/r
 TPU presets (scanned layers, full remat, refill engine with 256 slots; compiled by
 `experiments.aot`, experiments/aot_results/qwen2.5-math-1.5b-math_v5e-8.jsonl and _v6e-8.jsonl):
 per-device GB, generate / rl_step: v5e-8 6.9 / 10.6 of 17.2 (128 micro-batches of 8 rows of 3,256
-tokens), v6e-8 V6E.
+tokens), v6e-8 7.0 / 9.6 of 34.4.
 """
 
 from __future__ import annotations
