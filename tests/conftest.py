@@ -74,6 +74,7 @@ LONGEST_FIRST = (
     "test_multihost.py",  # 98, three processes at once
     "evals/test_eval_run.py",  # 82
     "train/test_aot.py",  # 72
+    "test_recipes.py",  # 65 (2026-11-29, the file alone): six runs one after another
     "sampling/test_decode.py",  # 64
     "train/test_precision.py",  # 64
     "train/test_sharding.py",  # 63
