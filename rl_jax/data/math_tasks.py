@@ -306,7 +306,9 @@ class MathTask(SplitTask):
     return math_answers.key_of(completion)
 
   def demonstrations(self, noise: float, rng: np.random.Generator) -> List[TaskExample]:
-    """SFT targets: each train problem with answer `\\boxed{gold}` (which `score` accepts).
+    """SFT targets: each train problem's reference solution where it already ends in a
+    `\\boxed{}` answer (MATH's worked solutions), else its answer as `\\boxed{gold}`; `score`
+    accepts either.
 
     Raises:
       ValueError: noise > 0 (the math task has no corruption model).
@@ -315,7 +317,8 @@ class MathTask(SplitTask):
     if noise:
       raise ValueError(f"config.task.demo_noise={noise!r}: the 'math' task has no noisy "
                        "demonstrations; expected 0.0")
-    return [dataclasses.replace(e, answer=f"\\boxed{{{e.answer}}}") for e in self._train]
+    return [e if "\\boxed" in e.answer else
+            dataclasses.replace(e, answer=f"\\boxed{{{e.answer}}}") for e in self._train]
 
 
 def _distinct(rows: Sequence[Row]) -> List[Row]:

