@@ -21,15 +21,16 @@ Presets: `cpu_smoke`, `gpu1` (''), `gpu8`, `v5e8`, `v6e8` (experiments/configs/r
   gemma-3-1b-it; no published GRPO result from this checkpoint is known. Evaluate with
   `python -m experiments.eval --workdir=RUN --dataset=gsm8k`.
 
-The architecture is not recorded here (`Recipe.arch` is empty): the TPU presets' AOT compile
-needs the Gemma 3 layout's model preset, which comes with that layout.
+The architecture is the `gemma3-1b` model preset (rl_jax/models/config.py: 26 layers, five
+sliding-window layers of 512 positions to each global one, QK-norm, four norms a layer), which
+the TPU presets' AOT compile reads.
 """
 
 from __future__ import annotations
 
 from experiments.configs.recipes import base
 
-RECIPE = base.Recipe(model_path="google/gemma-3-1b-it", arch="", eos_token="<end_of_turn>",
+RECIPE = base.Recipe(model_path="google/gemma-3-1b-it", arch="gemma3-1b", eos_token="<end_of_turn>",
                      task_options=base.GSM8K_HF)
 
 
