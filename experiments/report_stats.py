@@ -30,6 +30,13 @@ def interval(values) -> tuple[float, float]:
   return float(x.mean()), float(t975(len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
 
 
+def pm(mean: float, half: float, fmt: str = "{:.3f}") -> str:
+  """'mean ± half' for a table cell; the mean alone where half is nan, '-' where mean is nan."""
+  if np.isnan(mean):
+    return "-"
+  return fmt.format(mean) if np.isnan(half) else f"{fmt.format(mean)} ± {fmt.format(half)}"
+
+
 def json_number(x):
   """A JSON number, or None for None, nan and inf (JSON has neither)."""
   return float(x) if x is not None and np.isfinite(x) else None
