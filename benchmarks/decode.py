@@ -69,7 +69,7 @@ def run_engines(params, prompt: np.ndarray, prompt_mask: np.ndarray, *, cfg, str
   key = jax.random.key(seed)
   out = {}
   for name, opts in runs:
-    engine = engines.ENGINES.get(name.split("_")[0])
+    engine = engines.DECODE_LOOPS.get(name.split("_")[0])
     res, wall = _timed(lambda: engine(params, prompt, prompt_mask, key, options=opts, **kw,  # noqa: B023
                                       **extra), repeats)
     useful = int(np.asarray(res.samples.mask).sum())

@@ -1,6 +1,6 @@
-"""Linear sampling engines by name (`config.sampling.engine`): how the rows of independent samples
-are decoded. Every engine returns the same `Samples` layout ([B·G, T], prompt b's samples in rows
-b·G .. b·G + G − 1) and the token draws it spent (`slot_steps`).
+"""Linear decode loops by name (`DECODE_LOOPS`, `config.sampling.engine`): how the rows of
+independent samples are decoded. Every engine returns the same `Samples` layout ([B·G, T],
+prompt b's samples in rows b·G .. b·G + G − 1) and the token draws it spent (`slot_steps`).
 
   scan    the fixed `lax.scan`: every row decodes all T tokens (`decode.generate`, exit_every=0).
   stop    stop when done: the loop ends once every row has ended, checked every
@@ -30,7 +30,7 @@ from rl_jax.registry import Registry
 from rl_jax.sampling import decode, refill
 from rl_jax.sampling.strategies import Sampling
 
-ENGINES = Registry("sampling engine")
+DECODE_LOOPS = Registry("sampling engine")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,13 +71,13 @@ def _linear(params, prompt, prompt_mask, rng, *, cfg: models.ModelConfig, strate
   return EngineResult(samples=out, slot_steps=out.tokens.shape[0] * (steps + 1))
 
 
-@ENGINES.register("scan")
+@DECODE_LOOPS.register("scan")
 def scan_engine(params, prompt, prompt_mask, rng, *, options: EngineOptions, **kw) -> EngineResult:
   del options
   return _linear(params, prompt, prompt_mask, rng, exit_every=0, **kw)
 
 
-@ENGINES.register("stop")
+@DECODE_LOOPS.register("stop")
 def stop_engine(params, prompt, prompt_mask, rng, *, options: EngineOptions, **kw) -> EngineResult:
   return _linear(params, prompt, prompt_mask, rng, exit_every=options.exit_every, **kw)
 
@@ -90,7 +90,7 @@ def decode_rows(engine: str, options: EngineOptions, rows: int) -> int:
   return rows
 
 
-@ENGINES.register("refill")
+@DECODE_LOOPS.register("refill")
 def refill_engine(params, prompt, prompt_mask, rng, *, options: EngineOptions,
                   **kw) -> EngineResult:
   slots = decode_rows("refill", options, prompt.shape[0] * kw.get("num_samples", 1))
@@ -106,7 +106,7 @@ def options_from_config(config) -> EngineOptions:
 def from_config(config) -> Callable[..., decode.Samples]:
   """The `config.sampling.engine` sampler: (params, prompt, prompt_mask, rng, *, cfg, strategy,
   max_new_tokens, eos_id, pad_id, num_samples) -> Samples."""
-  engine = ENGINES.get(config.sampling.engine)
+  engine = DECODE_LOOPS.get(config.sampling.engine)
   options = options_from_config(config)
 
   def sample(params, prompt, prompt_mask, rng, **kw) -> decode.Samples:

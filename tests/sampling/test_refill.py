@@ -91,7 +91,7 @@ def test_engines_by_name(setup):
             num_samples=G)
   key = jax.random.key(3)
   opts = engines.EngineOptions(exit_every=1, num_slots=2)
-  res = {name: engines.ENGINES.get(name)(params, prompt, prompt_mask, key, options=opts, **kw)
+  res = {name: engines.DECODE_LOOPS.get(name)(params, prompt, prompt_mask, key, options=opts, **kw)
          for name in ("scan", "stop", "refill")}
   np.testing.assert_array_equal(res["stop"].samples.tokens, res["scan"].samples.tokens)
   np.testing.assert_array_equal(res["stop"].samples.logp, res["scan"].samples.logp)
@@ -100,7 +100,7 @@ def test_engines_by_name(setup):
   assert int(res["stop"].slot_steps) == len(lengths) * lengths.max()
   assert int(res["refill"].slot_steps) < int(res["stop"].slot_steps)
   with pytest.raises(KeyError, match="unknown sampling engine 'beam'"):
-    engines.ENGINES.get("beam")
+    engines.DECODE_LOOPS.get("beam")
   with pytest.raises(ValueError, match="config.sampling.exit_every must be >= 1"):
     engines.EngineOptions(exit_every=0)
 
