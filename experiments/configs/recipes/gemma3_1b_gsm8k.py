@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from experiments.configs.recipes import base
 
-RECIPE = base.Recipe(model_path="google/gemma-3-1b-it", arch="gemma3-1b", eos_token="<end_of_turn>",
-                     task_options=base.GSM8K_HF)
+RECIPE = base.Recipe(model_path="google/gemma-3-1b-it", arch="gemma3-1b",
+                     eos_token="<end_of_turn>", task_options=base.GSM8K_HF)
 
 
 def get_config(arg: str = ""):
