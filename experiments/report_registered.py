@@ -81,12 +81,13 @@ def provenance(path: str, launches: str | None) -> dict:
   if launches and os.path.exists(launches):
     with open(launches) as f:
       out["launches"] = [json.loads(line) for line in f if line.strip()]
+  if out["launches"]:
+    out["first_run_started"] = min(e["started"] for e in out["launches"])
   if reg["changed"] and out["launches"]:
     checks = [prereg_lib.is_ancestor(path, reg["changed"][0], e["commit"])
               for e in out["launches"] if e.get("commit")]
     out["registration_precedes_runs"] = (None if None in checks or not checks
                                          else all(checks))
-    out["first_run_started"] = min(e["started"] for e in out["launches"])
   return out
 
 

@@ -139,6 +139,14 @@ def test_registered_comparisons_pair_within_draws_and_adjust_by_holm(tmp_path):
   assert share["bounded"] and share["fieller95"][0] < share["share"] < share["fieller95"][1]
   assert data["mechanism"]["oracle"]["process/wrong_step_rows"] == pytest.approx(0.5)
   assert data["exploratory"] == []
+  # A registration git does not know (no repository here) is said so, beside the launches.
+  launches = tmp_path / "launches.jsonl"
+  launches.write_text(json.dumps(dict(commit="abc", clean=True, started="2026-11-28T23:43:09+00:00",
+                                      runs=[])) + "\n")
+  data = report_registered.registered(runs, REG, "rl_test_accuracy", str(path), str(launches))
+  assert data["provenance"]["registration_precedes_runs"] is None
+  text = report_registered.registered_markdown(data)
+  assert "(not committed)" in text and "the registration precedes every launch: unknown" in text
 
 
 def test_too_few_complete_draws_are_not_judged(tmp_path):
