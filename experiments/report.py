@@ -279,8 +279,8 @@ def efficiency(runs: list[dict], baseline: str | None = None, target: float | No
   out = {}
   for variant, group in groups.items():
     reach = [tokens_to_target(r["curve"], run_target(r)) for r in group]
-    effects = {other: paired_effect(finals[variant], finals[other])
-               for other in groups if other != variant and set(finals[variant]) & set(finals[other])}
+    effects = {other: paired_effect(finals[variant], finals[other]) for other in groups
+               if other != variant and set(finals[variant]) & set(finals[other])}
     deltas = {other: (e["mean"], e["ci"]) for other, e in effects.items()}
     out[variant] = dict(
         seeds=len(group), seed_ids=sorted(finals[variant]), by_seed=finals[variant],

@@ -153,9 +153,11 @@ def registered_markdown(data: dict) -> str:
               reg and prov["last_changed"][0] != reg[0] else "") + "."]
   if prov["launches"]:
     commits = sorted({e["commit"][:10] for e in prov["launches"] if e.get("commit")})
+    precedes = {True: "yes", False: "**no**", None: "unknown"}[
+        prov["registration_precedes_runs"]]
     lines.append(f"Runs launched from commit(s) {', '.join(commits)}, the first at "
                  f"{prov['first_run_started']}; the registration precedes every launch: "
-                 f"{ {True: 'yes', False: '**no**', None: 'unknown'}[prov['registration_precedes_runs']] }.")
+                 f"{precedes}.")
   done = ", ".join(map(str, data["sft_draws_complete"])) or "none"
   lines += ["", f"Complete SFT draws: {done} (at least {data['min_sft_draws']} needed"
             + ("" if data["judged"] else "; **not judged yet**") + ")"
