@@ -8,6 +8,7 @@ half-width is nan where it is undefined (fewer than two seeds).
 from __future__ import annotations
 
 import numpy as np
+from scipy import stats
 
 # Two-sided 95% Student t quantiles by degrees of freedom (1-30); 1.96 beyond.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -168,12 +169,10 @@ def _clusters(values: dict) -> dict:
 
 def t_sf(t: float, dof: int) -> float:
   """P(T > t) for Student's t with `dof` degrees of freedom."""
-  from scipy import stats  # pylint: disable=import-outside-toplevel
   return float(stats.t.sf(t, dof))
 
 
 def t_quantile(q: float, dof: int) -> float:
-  from scipy import stats  # pylint: disable=import-outside-toplevel
   return float(stats.t.ppf(q, dof))
 
 
@@ -228,7 +227,6 @@ def sign_test(k: int, n: int) -> float:
   differences (1.0 for n = 0): min(1, 2 min(P(X <= k), P(X >= k))), X ~ Bin(n, 1/2)."""
   if n == 0:
     return 1.0
-  from scipy import stats  # pylint: disable=import-outside-toplevel
   return float(min(1.0, 2 * min(stats.binom.cdf(k, n, 0.5), stats.binom.sf(k - 1, n, 0.5))))
 
 
