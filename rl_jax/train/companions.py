@@ -54,7 +54,10 @@ class Setup:
 
 
 class Companion:
-  """The interface; every hook's default does nothing."""
+  """The interface; every hook's default does nothing. `keeps_sft_params`: the companion holds
+  `Setup.sft_params` for the whole phase (the phase then keeps them alive)."""
+
+  keeps_sft_params = False
 
   def load_meta(self, meta: dict) -> None:
     del meta
@@ -208,6 +211,8 @@ class Oracle(Companion):
 class Process(Companion):
   """Per-step rewards in the RL batch (`value.prm.process.ProcessScorer`, config.rl.
   process_reward); an online PRM (prime, oprl) is checkpointed beside the policy."""
+
+  keeps_sft_params = True  # The scorer's policy-side model starts from them.
 
   def __init__(self, scorer, ckpt: Optional[Checkpointer], start_step: int):
     self.scorer = scorer

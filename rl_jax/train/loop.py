@@ -202,7 +202,9 @@ def _train_and_evaluate(exp, store: store_lib.Store, run_eval, periodic, writer)
   store.get("sft_seconds", lambda: sft.train_seconds)
   _test_eval(exp, store, run_eval, "sft_test", sft.params, "sft")
   signals.check("the SFT evaluation")
-  rl = phases.rl(exp, sft.params, writer, eval_fn=_periodic(run_eval, config.rl.eval_subset))
+  # The SFT parameters are read after RL only by the more-SFT control.
+  rl = phases.rl(exp, sft.params, writer, eval_fn=_periodic(run_eval, config.rl.eval_subset),
+                 release_sft_params=not config.control.enabled)
   signals.check("the RL phase")
   store.get("rl", lambda: _full_eval(exp, run_eval, rl.params, False))
   store.get("rl_seconds", lambda: rl.train_seconds)

@@ -270,8 +270,13 @@ def _injected_nan_step(exp: Experiment) -> int:
   return int(k)
 
 
-def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> PhaseResult:
+def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None, *,
+       release_sft_params: bool = False) -> PhaseResult:
   """GRPO-family RL from the SFT policy, with the SFT policy as the frozen reference.
+
+  With `release_sft_params` (the caller will not read `sft_params` again) and nothing in the
+  phase reading the reference (`rl.kl_coef` = 0 and no companion keeps it), the SFT parameters'
+  buffers are freed once the train state holds its own copy: a model's worth of memory less.
 
   The run companions (`train.companions`: the rollout history, APRIL's carry, V0, ARRoL's head,
   the process-reward scorer) keep their state in the checkpoints' meta, so a resumed run has the
@@ -290,6 +295,10 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
     eval_fn = c.wrap_eval(eval_fn)
   hyper = hyper_lib.hyper_from_config(exp.config)
   params_sh = parallel.tree_shardings(sft_params, exp.mesh)
+  if release_sft_params and not hyper.kl_coef and not any(
+      c.keeps_sft_params for c in companions.values()):
+    jax.tree_util.tree_map(lambda a: a.delete(), sft_params)
+    sft_params = params_sh = None  # rl_step reads its reference only when kl_coef > 0.
   example = pool.example_batch(exp)
   for c in companions.values():
     example = c.example(example)

@@ -212,3 +212,27 @@ def test_bad_master_dtype_is_rejected(smoke_config, tmp_path):
   with pytest.raises(ValueError, match="config.train.master_dtype='float8'"):
     experiment.build(smoke_config, str(tmp_path))
 
+
+
+def _rl_params(smoke_config, tmp_path, *, kl_coef: float, release: bool):
+  """(SFT params after the RL phase, RL params) of one RL step from 2 SFT steps."""
+  smoke_config.rl.update(steps=1, eval_every=0, kl_coef=kl_coef)
+  smoke_config.sft.update(steps=2)
+  exp = experiment.build(smoke_config, str(tmp_path))
+  with MetricsWriter(tmp_path) as writer:
+    sft = phases.sft(exp, "sft", phases.init_params(exp), smoke_config.sft.steps, writer)
+    result = phases.rl(exp, sft.params, writer, release_sft_params=release)
+  return sft.params, jax.device_get(result.params)
+
+
+def test_released_sft_params_are_freed_and_the_step_unchanged(smoke_config_factory, tmp_path):
+  """With no KL term the RL phase frees the SFT parameters it was told to release, and the step
+  is the one that keeps them; with a KL term they are the reference and stay."""
+  sft, released = _rl_params(smoke_config_factory(), tmp_path / "a", kl_coef=0.0, release=True)
+  assert all(x.is_deleted() for x in jax.tree_util.tree_leaves(sft))
+  sft, kept = _rl_params(smoke_config_factory(), tmp_path / "b", kl_coef=0.0, release=False)
+  assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(sft))
+  for a, b in zip(_leaves(released), _leaves(kept)):
+    np.testing.assert_array_equal(a, b)
+  sft, _ = _rl_params(smoke_config_factory(), tmp_path / "c", kl_coef=0.1, release=True)
+  assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(sft))
