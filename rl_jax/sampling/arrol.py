@@ -35,9 +35,10 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from rl_jax import models, parallel
+from rl_jax import models
 from rl_jax.models import heads
 from rl_jax.registry import Registry
+from rl_jax.sampling import opening
 from rl_jax.sampling.decode import Samples, draw_rows
 from rl_jax.sampling.strategies import Sampling
 
@@ -152,10 +153,7 @@ def _pick(st: _State, rng, t, *, strategy: Sampling, eos_id: int, pad_id: int):
   r = st.done.shape[0]
   tok, logp, ent = draw_rows(strategy, st.logits, rng, st.rows, jnp.full((r,), t))
   live = ~st.done
-  tok = jnp.where(live, tok, pad_id)
-  vals = (tok, live, jnp.where(live, logp, 0.0), jnp.where(live, ent, 0.0))
-  bufs = tuple(jax.lax.dynamic_update_slice_in_dim(b, v[:, None].astype(b.dtype), t, axis=1)
-               for b, v in zip(st.bufs, vals))
+  tok, bufs = opening.write_token(st.bufs, t, tok, live, logp, ent, pad_id=pad_id)
   return st.replace(done=st.done | (tok == eos_id), bufs=bufs), tok, live
 
 
@@ -199,13 +197,11 @@ def arrol_generate(params, head: dict, prompt: jax.Array, prompt_mask: jax.Array
   n0, n, t_max, t_p = options.oversample, options.keep, max_new_tokens, options.prune_at
   if t_p >= t_max:
     raise ValueError(f"ARRoL checkpoint t_p={t_p} must be < max_new_tokens={t_max}")
-  cache = parallel.shard_batch(models.init_cache(cfg, b, p + t_max))
-  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
-  rows0 = jnp.repeat(jnp.arange(b), n0)
-  cache, logits = parallel.shard_batch((cache.take_rows(rows0), logits[rows0]))
+  logits, cache = opening.open_rows(cfg, params, prompt, prompt_mask, copies=n0,
+                                    cache_size=p + t_max)
   r0 = b * n0
   fill = ((pad_id, jnp.int32), (False, bool), (0.0, jnp.float32), (0.0, jnp.float32))
-  bufs = tuple(parallel.shard_batch(jnp.full((r0, t_max), v, d)) for v, d in fill)
+  bufs = opening.batch_buffers(r0, t_max, fill)
   st = _State(cache=cache, logits=logits, done=jnp.zeros((r0,), bool),
               feat=jnp.zeros((r0, cfg.d_model), jnp.float32), rows=jnp.arange(r0), bufs=bufs)
   step = functools.partial(_pick_and_feed, cfg, params, rng, strategy=strategy, eos_id=eos_id,
@@ -218,9 +214,9 @@ def arrol_generate(params, head: dict, prompt: jax.Array, prompt_mask: jax.Array
   pruned = jnp.ones((r0,), bool).at[flat].set(False)
   pruned_live = jnp.sum(pruned & ~st.done)
   pruned_tokens = jnp.sum(jnp.where(pruned[:, None], st.bufs[1], False))
-  g = lambda x: parallel.shard_batch(x[flat])
-  st = _State(cache=parallel.shard_batch(st.cache.take_rows(flat)), logits=g(st.logits),
-              done=g(st.done), feat=g(st.feat), rows=flat, bufs=tuple(g(x) for x in st.bufs))
+  (logits, done, feat, bufs), cache = opening.fork_rows(
+      flat, st.cache, (st.logits, st.done, st.feat, st.bufs))
+  st = _State(cache=cache, logits=logits, done=done, feat=feat, rows=flat, bufs=bufs)
   features = st.feat
   # Phase 2: the survivors' tokens t_p .. T - 2 (pick + feed), then token T - 1 (pick only).
   st, steps2 = _run(step, st, t_p, t_max - 1)

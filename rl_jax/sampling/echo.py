@@ -42,8 +42,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl_jax import models
+from rl_jax import models, parallel
 from rl_jax.sampling import echo_rules as rules
+from rl_jax.sampling import opening
 from rl_jax.sampling.echo_rules import EchoOptions
 from rl_jax.sampling.strategies import Sampling
 from rl_jax.types import Tree
@@ -127,24 +128,24 @@ def echo_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
   b, p = prompt.shape
   k, t_max, o = num_slots, max_new_tokens, options
   n, n_nodes, n_kids = b * k, num_nodes(num_slots), max(o.max_branches - 1, 1)
-  cache = models.init_cache(cfg, b, p + t_max)
-  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
+  logits, cache = opening.open_rows(cfg, params, prompt, prompt_mask, copies=k,
+                                    cache_size=p + t_max)
   prompt_of = jnp.repeat(jnp.arange(b), k)
-  cache, logits = cache.take_rows(prompt_of), logits[prompt_of]  # one prefill per prompt
   slot = jnp.tile(jnp.arange(k), b)
   zf, zi = jnp.zeros((n, t_max), jnp.float32), jnp.zeros((n, t_max), jnp.int32)
-  init = dict(
+  rows = parallel.shard_batch(dict(
       cache=cache, logits=logits, tokens=zi, mask=zi.astype(bool), logp=zf, entropy=zf, h=zf,
       c=zf, node_of=zi, own=zi.astype(bool), done=jnp.zeros((n,), bool),
       can_branch=slot < o.branch_roots, tentative=slot >= o.branch_roots,
       is_child=jnp.zeros((n,), bool), birth=jnp.zeros((n,), jnp.int32),
       parent_slot=jnp.arange(n, dtype=jnp.int32), branched=jnp.zeros((n,), bool),
       pruned=jnp.zeros((n,), bool), prune_state=rules.PruneState.init(n),
-      cur=(1 + slot).astype(jnp.int32),
-      node_parent=jnp.zeros((b * n_nodes,), jnp.int32),
+      cur=(1 + slot).astype(jnp.int32)))
+  init = dict(  # the rows' state (batch-sharded) and the per-prompt tree tables and counters
+      rows, node_parent=jnp.zeros((b * n_nodes,), jnp.int32),
       node_depth=jnp.zeros((b, n_nodes), jnp.int32).at[:, 1:k + 1].set(1).reshape(-1),
-      n_used=jnp.full((b,), 1 + k, jnp.int32), num_children=jnp.zeros((), jnp.int32), num_branch_events=jnp.zeros((), jnp.int32),
-      num_pruned=jnp.zeros((), jnp.int32))
+      n_used=jnp.full((b,), 1 + k, jnp.int32), num_children=jnp.zeros((), jnp.int32),
+      num_branch_events=jnp.zeros((), jnp.int32), num_pruned=jnp.zeros((), jnp.int32))
 
   def step(c, t):
     live = ~c["done"]
@@ -185,14 +186,11 @@ def echo_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     cur = jnp.where(event, base, jnp.where(new, kid_node, cur)).astype(jnp.int32)
 
     # Forks: the claimed slots become copies of their parent rows (cache only when needed).
-    take = lambda x: x[src]
-    cache = jax.lax.cond(new.any(), lambda x: x.take_rows(src), lambda x: x, c["cache"])
-    logits = take(c["logits"])
+    (logits, *bufs, h, cb, node_of, own, ps), cache = opening.fork_rows(
+        src, c["cache"], (*(c[f] for f in ("logits", "tokens", "mask", "logp", "entropy")), h, cb,
+                          c["node_of"], c["own"], ps), new)
     tok = jnp.where(new, kids[src, child_j], sampled).astype(jnp.int32)
-    tokens, mask, logp_buf, ent_buf = (take(c[f]) for f in ("tokens", "mask", "logp", "entropy"))
-    h, cb, node_of = take(h), take(cb), take(c["node_of"])
-    own = jnp.where(new[:, None], False, take(c["own"]))
-    ps = ps.take(src)
+    own = jnp.where(new[:, None], False, own)
     prune = jnp.where(new, False, prune)
     done = jnp.where(new, False, c["done"])
     can_branch = jnp.where(new, o.nested, c["can_branch"] & ~fires)
@@ -203,12 +201,8 @@ def echo_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     pruned = jnp.where(new, False, c["pruned"])
 
     live = ~done
-    logp, ent = strategy.logp_entropy(logits, tok)
-    tok = jnp.where(live, tok, pad_id)
-    tokens = tokens.at[:, t].set(tok)
-    mask = mask.at[:, t].set(live)
-    logp_buf = logp_buf.at[:, t].set(jnp.where(live, logp, 0.0))
-    ent_buf = ent_buf.at[:, t].set(jnp.where(live, ent, 0.0))
+    tok, (tokens, mask, logp_buf, ent_buf) = opening.write_token(
+        bufs, t, tok, live, *strategy.logp_entropy(logits, tok), pad_id=pad_id)
     node_of = node_of.at[:, t].set(jnp.where(live, cur, 0))
     own = own.at[:, t].set(live)
     eos = live & (tok == eos_id)

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl_jax import models
+from rl_jax import models, parallel
 from rl_jax.sampling.decode import decode_loop, generate_with_cache
 from rl_jax.sampling.strategies import Sampling
 from rl_jax.types import Tree
@@ -145,7 +145,8 @@ def continue_rows(params, cache: models.KVCache, rows: jax.Array, keep: jax.Arra
   Returns:
     (`Samples` of the continuations, their cache).
   """
-  c = cache.take_rows(rows).replace(mask=keep, pos=refeed_pos.astype(jnp.int32))
+  c = parallel.shard_batch(cache.take_rows(rows).replace(mask=keep,
+                                                         pos=refeed_pos.astype(jnp.int32)))
   logits, c = models.decode_step(cfg, params, c, refeed_tok.astype(jnp.int32))
   return decode_loop(cfg, params, c, logits, rng, strategy=strategy,
                      max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id)

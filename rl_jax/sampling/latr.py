@@ -30,8 +30,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from rl_jax import models
-from rl_jax.sampling import tree_metrics
+from rl_jax import models, parallel
+from rl_jax.sampling import opening, tree_metrics
 from rl_jax.sampling.strategies import Sampling
 
 
@@ -170,11 +170,8 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
   n = b * k
   force = o.force_return_step or t_max
   max_window = max(o.windows)
-  cache = models.init_cache(cfg, b, p + t_max)
-  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
-  root_rows = jnp.repeat(jnp.arange(b), k)
-  cache = cache.take_rows(root_rows)  # the prompt is prefilled once per root, then shared
-  logits = logits[root_rows]
+  logits, cache = opening.open_rows(cfg, params, prompt, prompt_mask, copies=k,
+                                    cache_size=p + t_max)
   slot = jnp.tile(jnp.arange(k), b)
   budget = (jnp.full((b,), k, jnp.int32) if budgets is None
             else jnp.asarray(budgets, jnp.int32).reshape(b))
@@ -182,12 +179,12 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
   exempt = (jnp.zeros((cfg.vocab_size,), bool) if exempt_tokens is None
             else jnp.asarray(exempt_tokens, bool))
   z = jnp.zeros((n, t_max))
-  init = dict(cache=cache, logits=logits, tokens=z.astype(jnp.int32), mask=z.astype(bool),
+  init = parallel.shard_batch(dict(cache=cache, logits=logits, tokens=z.astype(jnp.int32), mask=z.astype(bool),
               logp=z, entropy=z, active=(slot == 0) & allowed, done=jnp.zeros((n,), bool),
               parent=jnp.arange(n, dtype=jnp.int32), birth=jnp.zeros((n,), jnp.int32),
               div_tok=jnp.zeros((n,), jnp.int32), in_tree=jnp.array(True),
               decode_tokens=jnp.zeros((), jnp.int32), num_forks=jnp.zeros((), jnp.int32),
-              num_pruned=jnp.zeros((), jnp.int32), tree_steps=jnp.zeros((), jnp.int32))
+              num_pruned=jnp.zeros((), jnp.int32), tree_steps=jnp.zeros((), jnp.int32)))
 
   def step(c, t):
     in_tree = c["in_tree"] & (t < force)
@@ -201,10 +198,8 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     src_local, new = fork_slots(cand.reshape(b, k), (c["active"] | ~allowed).reshape(b, k))
     src = (src_local + (jnp.arange(b) * k)[:, None]).reshape(n)
     new = new.reshape(n)
-    take = lambda x: x[src]
-    # Copying every cache row is the costliest part of a step: do it only when a fork happened.
-    cache = jax.lax.cond(new.any(), lambda x: x.take_rows(src), lambda x: x, c["cache"])
-    logits = take(c["logits"])
+    (logits, *bufs), cache = opening.fork_rows(
+        src, c["cache"], tuple(c[f] for f in ("logits", "tokens", "mask", "logp", "entropy")), new)
     tok = jnp.where(new, top_i[src, 1], base[src]).astype(jnp.int32)
     active = c["active"] | new
     done = jnp.where(new, False, c["done"])
@@ -212,14 +207,8 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     parent = jnp.where(new, src, c["parent"]).astype(jnp.int32)
     birth = jnp.where(new, t, c["birth"]).astype(jnp.int32)
     div_tok = jnp.where(new, tok, c["div_tok"])
-    tokens, mask = take(c["tokens"]), take(c["mask"])
-    logp_buf, ent_buf = take(c["logp"]), take(c["entropy"])
-    logp, ent = strategy.logp_entropy(logits, tok)
-    tok = jnp.where(live, tok, pad_id)
-    tokens = tokens.at[:, t].set(tok)
-    mask = mask.at[:, t].set(live)
-    logp_buf = logp_buf.at[:, t].set(jnp.where(live, logp, 0.0))
-    ent_buf = ent_buf.at[:, t].set(jnp.where(live, ent, 0.0))
+    tok, (tokens, mask, logp_buf, ent_buf) = opening.write_token(
+        bufs, t, tok, live, *strategy.logp_entropy(logits, tok), pad_id=pad_id)
     done = done | (live & (tok == eos_id))
 
     # Lookahead pruning: children born r − 1 steps ago now have r tokens since the fork.

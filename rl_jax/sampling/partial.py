@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_jax import models, parallel
+from rl_jax.sampling import opening
 from rl_jax.sampling.decode import draw_rows
 from rl_jax.sampling.strategies import Sampling
 
@@ -100,12 +101,12 @@ def _partial_generate(params, prompt, prompt_mask, prefix, prefix_mask, prefix_l
   r, p = prompt.shape
   t_max = max_new_tokens
   length = prefix_mask.sum(-1, dtype=jnp.int32)  # L_r
-  cache = parallel.shard_batch(models.init_cache(cfg, r, p + t_max))
-  prompt_logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
+  prompt_logits, cache = opening.open_rows(cfg, params, prompt, prompt_mask, copies=1,
+                                           cache_size=p + t_max)
   hidden, cache = models.extend(cfg, params, cache, prefix.astype(jnp.int32), prefix_mask)
   # Row r's next token goes to slot P + L_r (per-row write slots, as the refill engine's): the
   # continuation overwrites the prefix block's padding, so P + T slots hold every row.
-  cache = cache.replace(index=p + length)
+  cache = cache.replace(index=parallel.shard_batch(p + length))
   last = hidden[jnp.arange(r), jnp.maximum(length - 1, 0)]
   logits = jnp.where((length > 0)[:, None], models.logits_from_hidden(cfg, params, last),
                      prompt_logits)
@@ -114,16 +115,12 @@ def _partial_generate(params, prompt, prompt_mask, prefix, prefix_mask, prefix_l
 
   def draw(logits, done, j, bufs):
     tok, logp, _ = draw_rows(strategy, logits, rng, rows, jnp.full((r,), j))
-    live = ~done
-    tok = jnp.where(live, tok, pad_id)
-    vals = (tok, live, jnp.where(live, logp, 0.0))
-    bufs = tuple(jax.lax.dynamic_update_slice_in_dim(b, v[:, None].astype(b.dtype), j, axis=1)
-                 for b, v in zip(bufs, vals))
+    tok, bufs = opening.write_token(bufs, j, tok, ~done, logp, pad_id=pad_id)
     done = done | (tok == eos_id) | (j + 1 >= remaining)
     return tok, done, bufs
 
-  bufs = (jnp.full((r, t_max), pad_id, jnp.int32), jnp.zeros((r, t_max), bool),
-          jnp.zeros((r, t_max), jnp.float32))
+  bufs = opening.batch_buffers(r, t_max, ((pad_id, jnp.int32), (False, bool),
+                                          (0.0, jnp.float32)))
   done = prefix_done.astype(bool) | (remaining <= 0)
   tok, done, bufs = draw(logits, done, 0, bufs)
 

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_jax import models, parallel
+from rl_jax.sampling import opening
 from rl_jax.sampling.decode import Samples, draw_rows
 from rl_jax.sampling.strategies import Sampling
 
@@ -127,13 +128,12 @@ def refill_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.
   s = num_slots or q
   if not 0 < s <= q:
     raise ValueError(f"num_slots={num_slots} must be in [1, B·G={q}] (0 = B·G)")
-  prompt_cache = models.init_cache(cfg, b, p)
-  prompt_logits, prompt_cache = models.prefill(cfg, params, prompt_cache, prompt, prompt_mask)
+  prompt_logits, prompt_cache = opening.open_rows(cfg, params, prompt, prompt_mask, copies=1,
+                                                  cache_size=p)
   cache = parallel.shard_batch(models.init_cache(cfg, s, p + t_max))
-  cache = cache.replace(index=jnp.full((s,), p, jnp.int32))
-  fill = (pad_id, False, 0.0, 0.0)
-  dtypes = (jnp.int32, bool, jnp.float32, jnp.float32)
-  out = tuple(jnp.full((q, t_max), v, d) for v, d in zip(fill, dtypes))
+  cache = cache.replace(index=parallel.shard_batch(jnp.full((s,), p, jnp.int32)))
+  fill = ((pad_id, jnp.int32), (False, bool), (0.0, jnp.float32), (0.0, jnp.float32))
+  out = opening.batch_buffers(q, t_max, fill)
   limits = jnp.full((q,), t_max, jnp.int32)
   if max_lengths is not None:
     limits = jnp.minimum(limits, jnp.asarray(max_lengths, jnp.int32))
