@@ -179,12 +179,13 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
   exempt = (jnp.zeros((cfg.vocab_size,), bool) if exempt_tokens is None
             else jnp.asarray(exempt_tokens, bool))
   z = jnp.zeros((n, t_max))
-  init = parallel.shard_batch(dict(cache=cache, logits=logits, tokens=z.astype(jnp.int32), mask=z.astype(bool),
-              logp=z, entropy=z, active=(slot == 0) & allowed, done=jnp.zeros((n,), bool),
-              parent=jnp.arange(n, dtype=jnp.int32), birth=jnp.zeros((n,), jnp.int32),
-              div_tok=jnp.zeros((n,), jnp.int32), in_tree=jnp.array(True),
-              decode_tokens=jnp.zeros((), jnp.int32), num_forks=jnp.zeros((), jnp.int32),
-              num_pruned=jnp.zeros((), jnp.int32), tree_steps=jnp.zeros((), jnp.int32)))
+  init = parallel.shard_batch(dict(
+      cache=cache, logits=logits, tokens=z.astype(jnp.int32), mask=z.astype(bool), logp=z,
+      entropy=z, active=(slot == 0) & allowed, done=jnp.zeros((n,), bool),
+      parent=jnp.arange(n, dtype=jnp.int32), birth=jnp.zeros((n,), jnp.int32),
+      div_tok=jnp.zeros((n,), jnp.int32), in_tree=jnp.array(True),
+      decode_tokens=jnp.zeros((), jnp.int32), num_forks=jnp.zeros((), jnp.int32),
+      num_pruned=jnp.zeros((), jnp.int32), tree_steps=jnp.zeros((), jnp.int32)))
 
   def step(c, t):
     in_tree = c["in_tree"] & (t < force)
