@@ -1,27 +1,13 @@
-"""ARRoL online rollout pruning (docs/algorithms.md §6.6; the keep rule is RECONSTRUCTED [R]: the
-paper's code is not released, so `arrol_reconstructed` is the spec's stand-in).
+"""ARRoL online rollout pruning (docs/methods.md#arrol, docs/algorithms.md §6.6; the keep rule
+is reconstructed [R]).
 
-Each prompt is sampled N₀ = `oversample` times. At the pruning checkpoint t_p (after every row's
-first t_p completion tokens) a quality head reads the policy's final-normed hidden state h_{i,t}
-of each row's prefix, ĝ_i = σ(w·h + b) (`rl_jax.models.heads.head_logits`; for a row that already
-ended, the state after its last token), and a keep rule (`KEEP_RULES`, `config.rl.arrol.rule`)
-picks N = `keep` survivors per group:
-
-  'balanced' (§6.6 [R]): the ⌈ρN⌉ highest-ĝ and the N − ⌈ρN⌉ lowest-ĝ rows, so the survivors'
-      predicted positive fraction is ≈ ρ; the middle (least separable) rows are aborted.
-  'lowest': the N highest-ĝ rows (stop the rows predicted to fail; no balance; an ablation).
-
-Ties are broken by row index (a stable sort), so a constant head keeps a fixed, score-blind set
-of rows (the first ⌈ρN⌉ and the last N − ⌈ρN⌉ of the group for 'balanced'): i.i.d. rows, so an
-untrained head gives an unbiased subsample, as plain GRPO with N rows would.
-
-The survivors are re-batched (§6.6 "re-batch survivors"): their KV-cache rows, next-token logits
-and output prefixes are gathered into B·N rows and decoding continues on those only, so the
-decode after the checkpoint costs N/N₀ of the unpruned decode, and the trainer sees a dense B x N
-batch. Token t of original row r is drawn with fold_in(fold_in(rng, r), t) (`decode.draw_rows`):
-a survivor's tokens and log-probs equal row r of `decode.generate(..., num_samples=N₀,
-row_keys=True)`, pruning or not. Both phases are `lax.while_loop`s that stop once every row has
-ended (phase 1 also at t_p), everything in one jitted call.
+In: B left-padded prompts, a quality head, `ArrolOptions` (N₀ rows per prompt, N survivors,
+checkpoint t_p, a `KEEP_RULES` rule). Out: `ArrolSamples`, the B·N survivors [B·N, T] and the
+head's scores and features. All N₀ rows decode to t_p; the head reads each row's final-normed
+hidden state there; the kept rows' cache, logits and buffers are gathered (`opening.fork_rows`)
+and decoding continues on them only. Invariant: token t of original row r is drawn with
+fold_in(fold_in(rng, r), t), so a survivor equals row r of `decode.generate(num_samples=N₀,
+row_keys=True)`, pruning or not. One jitted call; both phases stop once every row has ended.
 """
 
 from __future__ import annotations

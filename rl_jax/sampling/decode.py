@@ -74,7 +74,7 @@ def decode_loop(cfg: models.ModelConfig, params, cache: models.KVCache, logits: 
                 pad_id: int = 0, exit_every: int = 1,
                 row_keys: bool = False,
                 max_lengths: jax.Array | None = None) -> tuple[Samples, models.KVCache]:
-  """Samples up to `max_new_tokens` tokens from next-token `logits` [B, V] and the cache behind them.
+  """Samples up to `max_new_tokens` tokens from next-token `logits` [B, V] and their cache.
 
   The first token comes from `logits`; each later one from a `decode_step`. Token t is drawn with
   fold_in(rng, t) (with `row_keys`, row r's with fold_in(fold_in(rng, r), t): `draw_rows`), so

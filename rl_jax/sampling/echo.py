@@ -1,36 +1,15 @@
-"""ECHO: entropy-confidence hybrid branching and pruning (docs/algorithms.md §3.5), one jitted
-`lax.scan` over K = G slots per prompt, with the tree it grows (`types.Tree`).
+"""ECHO, entropy-confidence hybrid branching and pruning (docs/methods.md#echo,
+docs/algorithms.md §3.5), in one jitted `lax.scan` over K = G slots per prompt.
 
-Slots and the reference [V user683/ECHO `_generate_sequences_deepconf`]: per prompt the reference
-samples one completion, branches it once at its first step that passes the branch rule (the w − 1
-best tokens other than its own start w − 1 new completions from that prefix), prunes every
-completion at the first step the prune rule fires (truncated there and kept), and fills the
-prompt's remaining budget with fresh samples. Here, online and in static shapes: slots
-0 .. `branch_roots` − 1 are the branching rows; every other slot starts as a *tentative* fresh
-sample from the prompt. When a row's branch rule fires at step t (`echo_rules`), its children
-take tentative slots (in slot order, while they last): the slot is overwritten by a copy of the
-branching row's token buffer, statistics and KV-cache row (a row gather, so the shared prefix is
-never recomputed) and takes its candidate token at t. Tentative slots never claimed keep their
-fresh sample, so every slot ends as a real leaf, as the reference's fill does. The prune rule is
-checked online for every live row: a pruned row ends after token t (its tokens so far stay in
-the batch, `pruned` says which). Tokens are drawn from the rollout strategy with
-fold_in(rng, t) (one uniform per slot, so siblings differ); the statistics read the raw
-(temperature-free) top-k log-probs [R: vLLM's default 'raw' log-probs]. The reported log-probs
-are the chosen tokens' under the temperature-scaled distribution, whoever chose them, so they
-equal the trainer's (a test).
-
-Reconstructed [R] (config switches): `branch_roots` > 1 (more branching rows), `nested` (children
-may branch too, each row at most once), `prune` (off: no pruning); a row whose prune rule fires
-does not branch at that step; children inherit their parent's statistics and prune state (the
-reference recomputes a child's statistics from its branch step on).
-
-The tree: node 0 = the prompt, node 1 + k = slot k's first segment; a branch of row r at step t
-ends r's current node and opens one node for r's continuation and one per child (parent: r's
-node). `node_of` maps each token to its node and `leaf_node` holds each final row's path, so
-the tree advantages (`rl.advantages.tree`) read it like TreePO's or EPTree's. Nodes per prompt:
-N = 3K − 1 (each branch adds 1 + children nodes; at most K − 1 children per prompt).
-`decode_tokens` counts the tokens the final rows decoded themselves (a shared prefix once, a
-tentative row later overwritten not at all): what a variable-size engine would spend.
+In: B left-padded prompts, `EchoOptions` (the rules: `echo_rules`). Out: `EchoSamples` [B·K, T]
+and the tree it grew (`to_tree` -> `types.Tree`). Slots 0 .. branch_roots − 1 may branch; the
+others start as tentative fresh samples, and a branch's children overwrite tentative slots
+(`opening.fork_rows`: the parent's buffers, statistics and KV-cache row), so every slot ends as
+a leaf. Tokens are drawn with fold_in(rng, t); `logp` is under the temperature-scaled
+distribution (the trainer's, a test). Tree: node 0 = the prompt, node 1 + k = slot k's first
+segment; a branch ends the row's node and opens one for its continuation and one per child;
+N = `num_nodes(K)` = 3K − 1 nodes per prompt. `decode_tokens`: tokens the final rows decoded
+themselves (a shared prefix once).
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
-"""LATR: lookahead tree-based rollouts (docs/algorithms.md §3.1), one jitted `lax.scan`.
+"""LATR, lookahead tree-based rollouts (docs/methods.md#latr, docs/algorithms.md §3.1), in one
+jitted `lax.scan` over K slots per prompt.
 
-Every prompt (root) owns K slots. Slot 0 starts live; the others are free. At each decoding step,
-while the tree phase lasts, every live row continues with its top-1 token under the *raw* softmax
-and its rank-2 token becomes a branch candidate when `p2 > tau_abs` and `p1 - p2 < tau_rel`.
-Accepted candidates (in row order, while the root has free slots) fork: the child slot receives a
-copy of the parent's token buffer and KV-cache row (a row gather inside the scan, so the shared
-prefix is never recomputed) and takes the candidate token. A child born `r` steps ago, for each
-lookahead window r, is compared with its parent over those r tokens and pruned (its slot freed)
-when the continuations stay alike (normalised edit distance, suffix match or ROUGE-L;
-`tree_metrics.prune_mask`). The tree phase ends when the roots are full enough
-(`sum eff_size >= round(K·B·θ_s)`, θ_s = thres_init − thres_decay·s/T, a root whose live rows all
-finished counting as full) and no branch is younger than the largest window, or at
-`force_return_step`; from then on every unfinished row samples with the rollout strategy. Free
-slots left at the end are filled with a copy of the root's first row (`fill_return_sequences`).
-
-The reported log-probs are those of the chosen tokens under the rollout strategy's
-temperature-scaled distribution, so they equal the trainer's recomputation (a test).
-`decode_tokens` counts the tokens the live rows decoded: the compute a variable-size engine
-would spend; shared prefixes count once.
+In: B left-padded prompts, `LatrOptions`. Out: `TreeSamples` [B·K, T], root b owning rows
+b·K .. b·K + K − 1. Invariants: a branch copies its parent's buffers and KV-cache row
+(`opening.fork_rows`), so a shared prefix is decoded once; `logp` is each chosen token's
+log-prob under the rollout strategy's temperature-scaled distribution (the trainer's, a test);
+`decode_tokens` counts the tokens live rows decoded, shared prefixes once.
 """
 
 from __future__ import annotations

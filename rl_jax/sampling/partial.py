@@ -1,23 +1,13 @@
-"""APRIL's partial-rollout engine (docs/algorithms.md §7): decode until enough groups finish.
+"""APRIL's partial-rollout engine (docs/methods.md#april, docs/algorithms.md §7): decode until
+enough groups finish.
 
-R = O·G rows (O over-provisioned groups of G contiguous rows) decode together. A row may resume
-a partial completion from an earlier step: its `prefix` [R, T] (the tokens it already has,
-right-padded, `prefix_mask`) is re-prefilled after the prompt under the current parameters, and
-decoding continues from there. The loop ends as soon as `target_groups` groups have every row
-finished (EOS or T completion tokens), or when every row has finished; rows still unfinished
-then are returned as they are, to be carried into the next step (`rl_jax.rollout.april`).
-
-Why the prefix and not its KV cache: the cached keys/values were computed by the old
-parameters, so reusing them would condition the new policy's tokens on stale activations (the
-continuation would be drawn from neither policy, and its log-probs would not be the trainer's).
-Re-prefilling costs one forward pass over at most T tokens per carried row, and the carried state
-is only tokens, log-probs and versions (what a checkpoint stores), never a cache. slime does the
-same: a resumed request is resubmitted with its partial response as part of the prompt.
-
-Every round draws at least one token per unfinished row (the first one, from the prompt or
-prefix logits), so a row ends within T rounds. Token j of this call's continuation of row r is
-drawn with fold_in(fold_in(rng, r), j) (`decode.draw_rows`). Shapes are static; the whole engine
-is one jitted call (a `lax.while_loop` that checks the stop rule after every decode step).
+In: R = O·G rows (O groups of G contiguous rows), each with an optional carried prefix [R, T]
+(right-padded tokens, mask, behaviour log-probs). Out: `PartialSamples` [R, T]: the prefix, then
+this call's tokens. Invariants: a prefix is re-prefilled after the prompt under the current
+parameters (its old cache is never reused, so new tokens are the current policy's); the loop
+ends once `target_groups` groups have every row ended (EOS or T tokens), or every row has;
+each round draws at least one token per unfinished row; token j of this call's continuation of
+row r is drawn with fold_in(fold_in(rng, r), j) (`decode.draw_rows`). One jitted call.
 """
 
 from __future__ import annotations

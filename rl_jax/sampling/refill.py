@@ -1,26 +1,14 @@
-"""Slot refill (continuous batching): S decode slots serve Q = B·G requests; when a row ends, its
-slot takes the next queued request at once.
+"""Slot refill (continuous batching): S decode slots serve Q = B·G requests; a slot whose request
+ends takes the next queued one at once.
 
-The linear sampler gives every request a row for all its steps, so a row that ends early idles
-until the longest row of the batch ends (with the long-tailed lengths of RL completions that is
-most of the work). Here the requests queue in order q = 0 .. Q - 1 (request q is sample q mod G of prompt
-q // G, the row order of `decode.generate(num_samples=G)`), and each loop iteration is one
-`decode_step` of all S slots followed by the refill of every slot whose request ended:
-
-  * the B prompts are prefilled once at the start; a refill copies its prompt's keys/values into
-    the slot's first P cache slots (no recomputation) and draws the request's first token from
-    the prompt's stored next-token logits;
-  * each slot writes its own cache slot (`KVCache.index` is per row, [S]); cache slots of the
-    previous request are masked out, so a slot's attention sees exactly the linear sampler's row;
-  * token t of request q is drawn with fold_in(fold_in(rng, q), t) (`decode.draw_rows`), so the
-    tokens do not depend on which slot or step served the request: they equal
-    `decode.generate(..., row_keys=True)`'s, and the log-probs equal the trainer's.
-
-Shapes are static (S slots, a [Q, T] output buffer written by scatter), the whole engine is one
-jitted `lax.while_loop` that ends when every request has ended. `slot_steps` = Q + S per
-iteration: the token draws spent (a request's first token comes from its prompt's logits, as in
-the linear sampler, whose R rows spend R·T), which `benchmarks/decode.py` divides the useful
-tokens by.
+In: B left-padded prompts, G samples each, S slots. Out: `RefillSamples` [Q, T] in the row order
+of `decode.generate(num_samples=G)` (request q: sample q mod G of prompt q // G), and the work
+spent (`slot_steps` = Q + S per loop iteration). Invariants: the B prompts are prefilled once
+(`opening.open_rows`); a refill copies its prompt's cache rows into the slot's first P cache slots
+and draws the first token from the prompt's stored logits; each slot writes its own cache slot
+(per-row `KVCache.index`), older slots masked out, so a slot attends to exactly the linear
+sampler's row; token t of request q is drawn with fold_in(fold_in(rng, q), t), so the samples
+equal `decode.generate(row_keys=True)`'s. One jitted `lax.while_loop`, static shapes.
 """
 
 from __future__ import annotations

@@ -1,32 +1,14 @@
-"""TreePO's segment-wise tree sampling (docs/algorithms.md §3.3) over the explicit KV cache.
+"""TreePO's segment-wise tree sampling (docs/methods.md#treepo, docs/algorithms.md §3.3) over
+the explicit KV cache, orchestrated on the host between segments.
 
-Per prompt, a budget of G leaves in G slots: `first_width` paths start from the prompt; they are
-decoded in segments of `segment_len` tokens, and at every segment boundary each live path forks
-into `branches` paths (itself and `branches` − 1 children in free slots, while free slots last:
-the reference's `tree_fixed_step_div`), until every path has ended (EOS or the length limit).
-Every segment of a path is a tree node (the reference's path ids root#c1#c2…), so the tree of
-`types.Tree` has node 0 = the prompt and one node per (path, segment); its leaves feed the tree
-advantages (`rl.advantages.tree.treepo`: subgroup baselines per depth).
-
-Prefix reuse: a child copies its parent's KV-cache row and next-token logits at the boundary
-(`KVCache.take_rows`), so a shared prefix is decoded once. All G·B slots decode in lock-step
-(static shapes, one compile per segment length); a slot not in use gets a length limit of 1 and
-its draws are discarded. Token t of a segment in slot s is drawn with
-fold_in(fold_in(fold_in(rng, segment), s), t) (`decode.draw_rows`), so siblings differ. The
-orchestration (which slot forks from which) runs on the host between segments.
-
-Segments at step boundaries (`segment='newline'`, an rl_jax option [R]; the reference cuts
-fixed-length segments): a segment ends at the first newline token (`TreePOOptions.delimiters`,
-every token whose text holds a newline), at EOS or at the length limit, so every fork happens at
-the start of a line: a step of the ladder's scratchpad, the task's own unit of reasoning. Paths
-then have different lengths at a boundary, so each slot writes its own cache slot (a per-row
-`KVCache.index`; a slot that has ended its segment writes nothing while the others finish
-theirs); the tree may hold up to T segments per path.
-
-Simplifications against the reference [R]: the first width is fixed (the reference draws it in
-[2, 8]); there is no depth cap beyond T / segment_len; and when a prompt's paths all end before
-its budget is used, the missing leaves are copies of its first leaf (as EPTree's fill does), not
-the reference's fallback re-expansions.
+In: B left-padded prompts, a leaf budget G (or n_b per prompt), `TreePOOptions`. Out:
+`TreePORollout` (host arrays [B·G, T] and a `types.Tree`: node 0 = the prompt, one node per
+(path, segment)). Invariants: `first_width` paths start per prompt, and at each segment end
+(`segment_len` tokens, or a newline token with segment='newline') every live path forks into
+`branches` paths while free slots last; a child copies its parent's KV-cache row and logits
+(`opening.fork_rows`), so a shared prefix is decoded once. Token t of a segment k in slot s is
+drawn with fold_in(fold_in(fold_in(rng, k), s), t) (`decode.draw_rows`). Leaves a prompt does
+not reach are copies of its first leaf (`filled`).
 """
 
 from __future__ import annotations
