@@ -1,13 +1,15 @@
 """The opening and the fork every sampler shares, on batch-sharded rows (`parallel.shard_batch`).
 
-  open_rows    prefill the B prompts once into a fresh cache, then give each prompt `copies`
-               rows (row b·copies + j holds prompt b): the cache and next-token logits.
-  fork_rows    row i takes a copy of row src[i] of the cache and of any row-leading arrays.
-  write_token  record token t of every row in its [R, T] output buffers (ended rows: padding).
+  open_rows      prefill the B prompts once into a fresh cache, then give each prompt `copies`
+                 rows (row b·copies + j holds prompt b): next-token logits and the cache.
+  fork_rows      row i takes a copy of row src[i] of the cache and of any row-leading arrays.
+  write_token    record token t of every row in its [R, T] output buffers (ended rows: padding).
+  batch_buffers  fresh [R, T] output buffers.
 
-Invariants: each helper's outputs are constrained to the batch axes ('data', 'fsdp') of the
-context mesh (a no-op without one, or where the rows do not divide); a gather or a constraint
-changes no value, so the samplers' draws are those of one device.
+Invariants: the caches and buffers these return are constrained to the batch axes ('data',
+'fsdp') of the context mesh (a no-op without one, or where the rows do not divide them); a
+constraint moves rows between devices and changes no value, so on one device every sampler
+computes bit for bit what it computed with its own copy of this code.
 """
 
 from __future__ import annotations
