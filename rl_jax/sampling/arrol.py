@@ -1,27 +1,13 @@
-"""ARRoL online rollout pruning (docs/algorithms.md §6.6; the keep rule is RECONSTRUCTED [R]: the
-paper's code is not released, so `arrol_reconstructed` is the spec's stand-in).
+"""ARRoL online rollout pruning (docs/methods.md#arrol, docs/algorithms.md §6.6; the keep rule
+is reconstructed [R]).
 
-Each prompt is sampled N₀ = `oversample` times. At the pruning checkpoint t_p (after every row's
-first t_p completion tokens) a quality head reads the policy's final-normed hidden state h_{i,t}
-of each row's prefix, ĝ_i = σ(w·h + b) (`rl_jax.models.heads.head_logits`; for a row that already
-ended, the state after its last token), and a keep rule (`KEEP_RULES`, `config.rl.arrol.rule`)
-picks N = `keep` survivors per group:
-
-  'balanced' (§6.6 [R]): the ⌈ρN⌉ highest-ĝ and the N − ⌈ρN⌉ lowest-ĝ rows, so the survivors'
-      predicted positive fraction is ≈ ρ; the middle (least separable) rows are aborted.
-  'lowest': the N highest-ĝ rows (stop the rows predicted to fail; no balance; an ablation).
-
-Ties are broken by row index (a stable sort), so a constant head keeps a fixed, score-blind set
-of rows (the first ⌈ρN⌉ and the last N − ⌈ρN⌉ of the group for 'balanced'): i.i.d. rows, so an
-untrained head gives an unbiased subsample, as plain GRPO with N rows would.
-
-The survivors are re-batched (§6.6 "re-batch survivors"): their KV-cache rows, next-token logits
-and output prefixes are gathered into B·N rows and decoding continues on those only, so the
-decode after the checkpoint costs N/N₀ of the unpruned decode, and the trainer sees a dense B x N
-batch. Token t of original row r is drawn with fold_in(fold_in(rng, r), t) (`decode.draw_rows`):
-a survivor's tokens and log-probs equal row r of `decode.generate(..., num_samples=N₀,
-row_keys=True)`, pruning or not. Both phases are `lax.while_loop`s that stop once every row has
-ended (phase 1 also at t_p), everything in one jitted call.
+In: B left-padded prompts, a quality head, `ArrolOptions` (N₀ rows per prompt, N survivors,
+checkpoint t_p, a `KEEP_RULES` rule). Out: `ArrolSamples`, the B·N survivors [B·N, T] and the
+head's scores and features. All N₀ rows decode to t_p; the head reads each row's final-normed
+hidden state there; the kept rows' cache, logits and buffers are gathered (`opening.fork_rows`)
+and decoding continues on them only. Invariant: token t of original row r is drawn with
+fold_in(fold_in(rng, r), t), so a survivor equals row r of `decode.generate(num_samples=N₀,
+row_keys=True)`, pruning or not. One jitted call; both phases stop once every row has ended.
 """
 
 from __future__ import annotations
@@ -35,9 +21,10 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from rl_jax import models, parallel
+from rl_jax import models
 from rl_jax.models import heads
 from rl_jax.registry import Registry
+from rl_jax.sampling import opening
 from rl_jax.sampling.decode import Samples, draw_rows
 from rl_jax.sampling.strategies import Sampling
 
@@ -152,10 +139,7 @@ def _pick(st: _State, rng, t, *, strategy: Sampling, eos_id: int, pad_id: int):
   r = st.done.shape[0]
   tok, logp, ent = draw_rows(strategy, st.logits, rng, st.rows, jnp.full((r,), t))
   live = ~st.done
-  tok = jnp.where(live, tok, pad_id)
-  vals = (tok, live, jnp.where(live, logp, 0.0), jnp.where(live, ent, 0.0))
-  bufs = tuple(jax.lax.dynamic_update_slice_in_dim(b, v[:, None].astype(b.dtype), t, axis=1)
-               for b, v in zip(st.bufs, vals))
+  tok, bufs = opening.write_token(st.bufs, t, tok, live, logp, ent, pad_id=pad_id)
   return st.replace(done=st.done | (tok == eos_id), bufs=bufs), tok, live
 
 
@@ -199,13 +183,11 @@ def arrol_generate(params, head: dict, prompt: jax.Array, prompt_mask: jax.Array
   n0, n, t_max, t_p = options.oversample, options.keep, max_new_tokens, options.prune_at
   if t_p >= t_max:
     raise ValueError(f"ARRoL checkpoint t_p={t_p} must be < max_new_tokens={t_max}")
-  cache = parallel.shard_batch(models.init_cache(cfg, b, p + t_max))
-  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
-  rows0 = jnp.repeat(jnp.arange(b), n0)
-  cache, logits = parallel.shard_batch((cache.take_rows(rows0), logits[rows0]))
+  logits, cache = opening.open_rows(cfg, params, prompt, prompt_mask, copies=n0,
+                                    cache_size=p + t_max)
   r0 = b * n0
   fill = ((pad_id, jnp.int32), (False, bool), (0.0, jnp.float32), (0.0, jnp.float32))
-  bufs = tuple(parallel.shard_batch(jnp.full((r0, t_max), v, d)) for v, d in fill)
+  bufs = opening.batch_buffers(r0, t_max, fill)
   st = _State(cache=cache, logits=logits, done=jnp.zeros((r0,), bool),
               feat=jnp.zeros((r0, cfg.d_model), jnp.float32), rows=jnp.arange(r0), bufs=bufs)
   step = functools.partial(_pick_and_feed, cfg, params, rng, strategy=strategy, eos_id=eos_id,
@@ -218,9 +200,9 @@ def arrol_generate(params, head: dict, prompt: jax.Array, prompt_mask: jax.Array
   pruned = jnp.ones((r0,), bool).at[flat].set(False)
   pruned_live = jnp.sum(pruned & ~st.done)
   pruned_tokens = jnp.sum(jnp.where(pruned[:, None], st.bufs[1], False))
-  g = lambda x: parallel.shard_batch(x[flat])
-  st = _State(cache=parallel.shard_batch(st.cache.take_rows(flat)), logits=g(st.logits),
-              done=g(st.done), feat=g(st.feat), rows=flat, bufs=tuple(g(x) for x in st.bufs))
+  (logits, done, feat, bufs), cache = opening.fork_rows(
+      flat, st.cache, (st.logits, st.done, st.feat, st.bufs))
+  st = _State(cache=cache, logits=logits, done=done, feat=feat, rows=flat, bufs=bufs)
   features = st.feat
   # Phase 2: the survivors' tokens t_p .. T - 2 (pick + feed), then token T - 1 (pick only).
   st, steps2 = _run(step, st, t_p, t_max - 1)

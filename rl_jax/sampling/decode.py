@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_jax import models, parallel
+from rl_jax.sampling import opening
 from rl_jax.sampling.strategies import Sampling
 
 
@@ -73,7 +74,7 @@ def decode_loop(cfg: models.ModelConfig, params, cache: models.KVCache, logits: 
                 pad_id: int = 0, exit_every: int = 1,
                 row_keys: bool = False,
                 max_lengths: jax.Array | None = None) -> tuple[Samples, models.KVCache]:
-  """Samples up to `max_new_tokens` tokens from next-token `logits` [B, V] and the cache behind them.
+  """Samples up to `max_new_tokens` tokens from next-token `logits` [B, V] and their cache.
 
   The first token comes from `logits`; each later one from a `decode_step`. Token t is drawn with
   fold_in(rng, t) (with `row_keys`, row r's with fold_in(fold_in(rng, r), t): `draw_rows`), so
@@ -154,14 +155,8 @@ def generate_with_cache(params, prompt: jax.Array, prompt_mask: jax.Array, rng: 
   chex.assert_rank([prompt, prompt_mask], 2)
   chex.assert_equal_shape([prompt, prompt_mask])
   chex.assert_type(prompt, int)
-  b, p = prompt.shape
-  # The cache is created here, so it gets the batch sharding explicitly (under a context mesh).
-  cache = parallel.shard_batch(models.init_cache(cfg, b, cache_size or p + max_new_tokens))
-  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
-  if num_samples > 1:
-    # Each prompt is prefilled once; its samples start from copies of its cache rows.
-    rows = jnp.repeat(jnp.arange(b), num_samples)
-    cache, logits = parallel.shard_batch((cache.take_rows(rows), logits[rows]))
+  logits, cache = opening.open_rows(cfg, params, prompt, prompt_mask, copies=num_samples,
+                                    cache_size=cache_size or prompt.shape[1] + max_new_tokens)
   return decode_loop(cfg, params, cache, logits, rng, strategy=strategy,
                      max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
                      exit_every=exit_every, row_keys=row_keys, max_lengths=max_lengths)

@@ -1,36 +1,15 @@
-"""ECHO: entropy-confidence hybrid branching and pruning (docs/algorithms.md §3.5), one jitted
-`lax.scan` over K = G slots per prompt, with the tree it grows (`types.Tree`).
+"""ECHO, entropy-confidence hybrid branching and pruning (docs/methods.md#echo,
+docs/algorithms.md §3.5), in one jitted `lax.scan` over K = G slots per prompt.
 
-Slots and the reference [V user683/ECHO `_generate_sequences_deepconf`]: per prompt the reference
-samples one completion, branches it once at its first step that passes the branch rule (the w − 1
-best tokens other than its own start w − 1 new completions from that prefix), prunes every
-completion at the first step the prune rule fires (truncated there and kept), and fills the
-prompt's remaining budget with fresh samples. Here, online and in static shapes: slots
-0 .. `branch_roots` − 1 are the branching rows; every other slot starts as a *tentative* fresh
-sample from the prompt. When a row's branch rule fires at step t (`echo_rules`), its children
-take tentative slots (in slot order, while they last): the slot is overwritten by a copy of the
-branching row's token buffer, statistics and KV-cache row (a row gather, so the shared prefix is
-never recomputed) and takes its candidate token at t. Tentative slots never claimed keep their
-fresh sample, so every slot ends as a real leaf, as the reference's fill does. The prune rule is
-checked online for every live row: a pruned row ends after token t (its tokens so far stay in
-the batch, `pruned` says which). Tokens are drawn from the rollout strategy with
-fold_in(rng, t) (one uniform per slot, so siblings differ); the statistics read the raw
-(temperature-free) top-k log-probs [R: vLLM's default 'raw' log-probs]. The reported log-probs
-are the chosen tokens' under the temperature-scaled distribution, whoever chose them, so they
-equal the trainer's (a test).
-
-Reconstructed [R] (config switches): `branch_roots` > 1 (more branching rows), `nested` (children
-may branch too, each row at most once), `prune` (off: no pruning); a row whose prune rule fires
-does not branch at that step; children inherit their parent's statistics and prune state (the
-reference recomputes a child's statistics from its branch step on).
-
-The tree: node 0 = the prompt, node 1 + k = slot k's first segment; a branch of row r at step t
-ends r's current node and opens one node for r's continuation and one per child (parent: r's
-node). `node_of` maps each token to its node and `leaf_node` holds each final row's path, so
-the tree advantages (`rl.advantages.tree`) read it like TreePO's or EPTree's. Nodes per prompt:
-N = 3K − 1 (each branch adds 1 + children nodes; at most K − 1 children per prompt).
-`decode_tokens` counts the tokens the final rows decoded themselves (a shared prefix once, a
-tentative row later overwritten not at all): what a variable-size engine would spend.
+In: B left-padded prompts, `EchoOptions` (the rules: `echo_rules`). Out: `EchoSamples` [B·K, T]
+and the tree it grew (`to_tree` -> `types.Tree`). Slots 0 .. branch_roots − 1 may branch; the
+others start as tentative fresh samples, and a branch's children overwrite tentative slots
+(`opening.fork_rows`: the parent's buffers, statistics and KV-cache row), so every slot ends as
+a leaf. Tokens are drawn with fold_in(rng, t); `logp` is under the temperature-scaled
+distribution (the trainer's, a test). Tree: node 0 = the prompt, node 1 + k = slot k's first
+segment; a branch ends the row's node and opens one for its continuation and one per child;
+N = `num_nodes(K)` = 3K − 1 nodes per prompt. `decode_tokens`: tokens the final rows decoded
+themselves (a shared prefix once).
 """
 
 from __future__ import annotations
@@ -42,8 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl_jax import models
+from rl_jax import models, parallel
 from rl_jax.sampling import echo_rules as rules
+from rl_jax.sampling import opening
 from rl_jax.sampling.echo_rules import EchoOptions
 from rl_jax.sampling.strategies import Sampling
 from rl_jax.types import Tree
@@ -127,24 +107,24 @@ def echo_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
   b, p = prompt.shape
   k, t_max, o = num_slots, max_new_tokens, options
   n, n_nodes, n_kids = b * k, num_nodes(num_slots), max(o.max_branches - 1, 1)
-  cache = models.init_cache(cfg, b, p + t_max)
-  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
+  logits, cache = opening.open_rows(cfg, params, prompt, prompt_mask, copies=k,
+                                    cache_size=p + t_max)
   prompt_of = jnp.repeat(jnp.arange(b), k)
-  cache, logits = cache.take_rows(prompt_of), logits[prompt_of]  # one prefill per prompt
   slot = jnp.tile(jnp.arange(k), b)
   zf, zi = jnp.zeros((n, t_max), jnp.float32), jnp.zeros((n, t_max), jnp.int32)
-  init = dict(
+  rows = parallel.shard_batch(dict(
       cache=cache, logits=logits, tokens=zi, mask=zi.astype(bool), logp=zf, entropy=zf, h=zf,
       c=zf, node_of=zi, own=zi.astype(bool), done=jnp.zeros((n,), bool),
       can_branch=slot < o.branch_roots, tentative=slot >= o.branch_roots,
       is_child=jnp.zeros((n,), bool), birth=jnp.zeros((n,), jnp.int32),
       parent_slot=jnp.arange(n, dtype=jnp.int32), branched=jnp.zeros((n,), bool),
       pruned=jnp.zeros((n,), bool), prune_state=rules.PruneState.init(n),
-      cur=(1 + slot).astype(jnp.int32),
-      node_parent=jnp.zeros((b * n_nodes,), jnp.int32),
+      cur=(1 + slot).astype(jnp.int32)))
+  init = dict(  # the rows' state (batch-sharded) and the per-prompt tree tables and counters
+      rows, node_parent=jnp.zeros((b * n_nodes,), jnp.int32),
       node_depth=jnp.zeros((b, n_nodes), jnp.int32).at[:, 1:k + 1].set(1).reshape(-1),
-      n_used=jnp.full((b,), 1 + k, jnp.int32), num_children=jnp.zeros((), jnp.int32), num_branch_events=jnp.zeros((), jnp.int32),
-      num_pruned=jnp.zeros((), jnp.int32))
+      n_used=jnp.full((b,), 1 + k, jnp.int32), num_children=jnp.zeros((), jnp.int32),
+      num_branch_events=jnp.zeros((), jnp.int32), num_pruned=jnp.zeros((), jnp.int32))
 
   def step(c, t):
     live = ~c["done"]
@@ -185,14 +165,11 @@ def echo_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     cur = jnp.where(event, base, jnp.where(new, kid_node, cur)).astype(jnp.int32)
 
     # Forks: the claimed slots become copies of their parent rows (cache only when needed).
-    take = lambda x: x[src]
-    cache = jax.lax.cond(new.any(), lambda x: x.take_rows(src), lambda x: x, c["cache"])
-    logits = take(c["logits"])
+    (logits, *bufs, h, cb, node_of, own, ps), cache = opening.fork_rows(
+        src, c["cache"], (*(c[f] for f in ("logits", "tokens", "mask", "logp", "entropy")), h, cb,
+                          c["node_of"], c["own"], ps), new)
     tok = jnp.where(new, kids[src, child_j], sampled).astype(jnp.int32)
-    tokens, mask, logp_buf, ent_buf = (take(c[f]) for f in ("tokens", "mask", "logp", "entropy"))
-    h, cb, node_of = take(h), take(cb), take(c["node_of"])
-    own = jnp.where(new[:, None], False, take(c["own"]))
-    ps = ps.take(src)
+    own = jnp.where(new[:, None], False, own)
     prune = jnp.where(new, False, prune)
     done = jnp.where(new, False, c["done"])
     can_branch = jnp.where(new, o.nested, c["can_branch"] & ~fires)
@@ -203,12 +180,8 @@ def echo_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     pruned = jnp.where(new, False, c["pruned"])
 
     live = ~done
-    logp, ent = strategy.logp_entropy(logits, tok)
-    tok = jnp.where(live, tok, pad_id)
-    tokens = tokens.at[:, t].set(tok)
-    mask = mask.at[:, t].set(live)
-    logp_buf = logp_buf.at[:, t].set(jnp.where(live, logp, 0.0))
-    ent_buf = ent_buf.at[:, t].set(jnp.where(live, ent, 0.0))
+    tok, (tokens, mask, logp_buf, ent_buf) = opening.write_token(
+        bufs, t, tok, live, *strategy.logp_entropy(logits, tok), pad_id=pad_id)
     node_of = node_of.at[:, t].set(jnp.where(live, cur, 0))
     own = own.at[:, t].set(live)
     eos = live & (tok == eos_id)

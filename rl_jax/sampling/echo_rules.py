@@ -1,26 +1,7 @@
-"""ECHO's entropy-confidence rules (docs/algorithms.md §3.5): per-step statistics, the branch rule
-and width, the online prune rule. Pure jnp functions over rows, used by `echo.echo_generate` and
-tested on hand-made numbers.
-
-Per decoding step t of a row, from the top-k (k = `top_k`, 64) next-token log-probs renormalised
-over those k tokens (p):
-  H_t     = −Σ p log p (p clipped to [1e-9, 1]);
-  C_t     = −mean(log(p + 1e-9)) over the top `conf_top_k` (5) tokens ('neg_logp', the
-            reference code [V]) or mean(p) over them ('prob', the paper summary [P]);
-  C^G_t   = mean of C over the last `group_window` (4) steps, t included;
-  C^tail_t= mean of C over the last `tail_window` (8) steps, t included;
-  ΔH_t    = H_t − mean(H over the `entropy_window` (4) steps before t) (0 at t = 0).
-Branch at t ≥ min_depth if H_t ≥ H_high, C^G_t ≤ c_b and ΔH_t ≥ δ, with width
-  w = clip(round(w_min + α (H_t − H_low)/(H_high − H_low) − β (C^G_t − c_b)/|c_b|), w_min, w_max)
-(no branch when w ≤ 1). Prune when the running min of C^G < c_p, or C^tail declined
-`tail_decline_steps` steps in a row and C^tail ≤ `tail_threshold`, or ΔH > 0 for
-`delta_rise_steps` steps in a row and ΔH > `delta_upper` (the reference's `should_prune`).
-
-Note: with k ≥ 5 renormalised tokens, C_t('neg_logp') ≥ ln 5 ≈ 1.61 (Jensen: the top five
-probabilities sum to at most 1), so the reference thresholds c_b = 1.2, c_p = 0.4 and
-C^tail ≤ 1.0 can never hold; C_t('prob') ≤ 0.2, so c_p = 0.4 prunes every row at its first step.
-The defaults keep the reference's numbers (its released scripts run with branching off); a run
-that wants ECHO's branching sets the thresholds (docs/research/rollout-engines-v1.md).
+"""ECHO's entropy-confidence rules (docs/methods.md#echo, docs/algorithms.md §3.5): the per-step
+statistics H_t and C_t from the top-k next-token log-probs, their windowed means (C^G, C^tail,
+ΔH), the branch rule and width, the online prune rule. Pure jnp functions over rows [R], used by
+`echo.echo_generate` and tested on hand-made numbers.
 """
 
 from __future__ import annotations
@@ -115,7 +96,11 @@ class EchoOptions:
 
 
 def step_stats(logits: jax.Array, o: EchoOptions):
-  """Per-row H_t, C_t and the top tokens (best first) from float32 logits [R, V]."""
+  """Per-row H_t, C_t and the top tokens (best first) from float32 logits [R, V].
+
+  Over the top-k (`top_k`) logits renormalised (p): H_t = −Σ p log p (p clipped to [1e-9, 1]);
+  C_t = −mean(log(p + 1e-9)) ('neg_logp') or mean(p) ('prob') over the top `conf_top_k`.
+  """
   k = min(o.top_k, logits.shape[-1])
   top_logits, top_idx = jax.lax.top_k(logits, k)
   p = jax.nn.softmax(top_logits, axis=-1)
@@ -135,7 +120,9 @@ def _window_mean(buf: jax.Array, lo: jax.Array, hi: jax.Array) -> jax.Array:
 
 
 def window_stats(h_buf: jax.Array, c_buf: jax.Array, t: jax.Array, o: EchoOptions):
-  """(C^G_t, C^tail_t, ΔH_t) per row from the step-statistic buffers [R, T] filled up to t."""
+  """(C^G_t, C^tail_t, ΔH_t) per row from the step-statistic buffers [R, T] filled up to t:
+  the means of C over the last `group_window` / `tail_window` steps (t included), and
+  H_t − the mean of H over the `entropy_window` steps before t (0 at t = 0)."""
   group = _window_mean(c_buf, t - o.group_window + 1, t)
   tail = _window_mean(c_buf, t - o.tail_window + 1, t)
   h_t = jax.lax.dynamic_index_in_dim(h_buf, t, axis=1, keepdims=False)
@@ -151,7 +138,8 @@ def branch_width(entropy: jax.Array, group_conf: jax.Array, o: EchoOptions) -> j
 
 
 def wants_branch(entropy, group_conf, delta_h, t, o: EchoOptions) -> jax.Array:
-  """bool per row: the branch rule fires at step t (before the width's w > 1 test)."""
+  """bool per row: the branch rule fires at step t (before the width's w > 1 test):
+  t >= min_depth, H_t >= H_high, C^G_t <= c_b and ΔH_t >= δ."""
   return ((t >= o.min_depth) & (entropy >= o.entropy_high)
           & (group_conf <= o.branch_threshold) & (delta_h >= o.entropy_delta_threshold))
 
@@ -176,7 +164,9 @@ class PruneState:
 
 
 def prune_update(state: PruneState, group_conf, tail, delta_h, o: EchoOptions):
-  """One step of `should_prune` per row: (new state, prune now)."""
+  """One step of `should_prune` per row: (new state, prune now). Prune when the running min of
+  C^G < c_p, or C^tail declined `tail_decline_steps` steps in a row and C^tail <=
+  `tail_threshold`, or ΔH > 0 `delta_rise_steps` steps in a row and ΔH > `delta_upper`."""
   run_min = jnp.minimum(state.run_min, group_conf)
   declines = jnp.where(tail < state.prev_tail, state.declines + 1, 0)
   rises = jnp.where(delta_h > 0, state.rises + 1, 0)

@@ -1,27 +1,14 @@
-"""EPTree (TreeRL's entropy-guided tree search, docs/algorithms.md §3.2) over the explicit KV cache.
+"""EPTree, TreeRL's entropy-guided tree search (docs/methods.md#treerl-and-eptree,
+docs/algorithms.md §3.2), over the explicit KV cache; orchestration on the host, every token
+decoded on device.
 
-Per prompt: sample M chains; then L times, in each tree (one per chain), score every token the
-tree owns by its negative log-prob −log p(y_t) (the reference code's "entropy"), take the N
-highest-scoring tokens as fork points and sample `branches` continuations from each fork point
-(the prefix is everything before that token). Leaves per prompt: M·(1 + L·N·branches).
-
-Prefix reuse: a continuation starts from a copy of the forked row's KV-cache row with the slots
-after the fork point masked out; only the last prefix token is fed again (to get the next-token
-logits), so the shared prefix is never recomputed. Continuations write into fresh cache slots
-beyond the chains' (slots need not be contiguous: attention uses the slot mask and explicit
+In: B left-padded prompts, `EPTreeOptions` (M, N, L, T). Out: `EPTreeRollout`: Lv = M·(1 + L·N·T)
+leaves per prompt [B·Lv, T] and a `types.Tree` (node 0 = the prompt, each chain a depth-1 node;
+a fork splits its segment and adds one child per continuation). Invariants: a continuation
+starts from a copy of its row's cache with the slots after the fork point masked out and the
+last prefix token fed again (`continue_rows`), so a shared prefix is never recomputed;
+continuations write cache slots past the chains' (attention uses the slot mask and explicit
 position ids).
-
-Masking rules for fork points: padding after EOS and EOS itself (resampling the end of a finished
-answer mostly reproduces it); the first token of every continuation segment
-(forking there would duplicate its siblings' fork point); tokens already used as fork points; and
-optionally every token after one in `stop_tokens` (the reference masks text after "answer" /
-"conclusion"; pass those token ids). Two options not in the reference restrict where forks go:
-`min_tokens_left` (not too close to the length limit) and `min_prefix_fraction` (not in the
-first part of a row, so continuations share a real prefix).
-
-The tree is recorded as `types.Tree`: node 0 is the prompt; every chain is a node of depth 1; a
-fork inside a segment splits it (the tail becomes a child node) and each continuation is a new
-child of the head. Orchestration is on the host (L is tiny); every token is decoded on device.
 """
 
 from __future__ import annotations
@@ -34,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl_jax import models
+from rl_jax import models, parallel
 from rl_jax.sampling.decode import decode_loop, generate_with_cache
 from rl_jax.sampling.strategies import Sampling
 from rl_jax.types import Tree
@@ -54,12 +41,8 @@ class EPTreeOptions:
       (T − t >= min_tokens_left); continuations cut short by the limit mostly repeat their
       siblings. 0 = no restriction (the reference).
     min_prefix_fraction: a fork point at completion position t of a row whose completion has
-      n tokens needs t >= min_prefix_fraction · n: at least that share of the row is the prefix
-      its continuations share. 0 = no restriction (the reference). Not in the reference: on
-      short answers (~100 tokens) the largest −log p tokens come first (the opening words), and
-      continuations forked there are as long as independent samples, so the tree saves no
-      decode tokens and its segment advantages cover almost the whole answer. 0.5 restricts
-      forks to the second half of each row.
+      n tokens needs t >= min_prefix_fraction · n (0.5: the second half of each row). 0 = no
+      restriction (the reference).
   """
 
   num_chains: int = 6
@@ -145,7 +128,8 @@ def continue_rows(params, cache: models.KVCache, rows: jax.Array, keep: jax.Arra
   Returns:
     (`Samples` of the continuations, their cache).
   """
-  c = cache.take_rows(rows).replace(mask=keep, pos=refeed_pos.astype(jnp.int32))
+  c = parallel.shard_batch(cache.take_rows(rows).replace(mask=keep,
+                                                         pos=refeed_pos.astype(jnp.int32)))
   logits, c = models.decode_step(cfg, params, c, refeed_tok.astype(jnp.int32))
   return decode_loop(cfg, params, c, logits, rng, strategy=strategy,
                      max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id)
@@ -194,7 +178,12 @@ def incidence(parent: np.ndarray, node_of: np.ndarray, mask: np.ndarray,
 def eptree_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax.Array, *,
                    cfg: models.ModelConfig, strategy: Sampling, options: EPTreeOptions,
                    max_new_tokens: int, eos_id: int, pad_id: int = 0) -> EPTreeRollout:
-  """Runs EPTree for B left-padded prompts [B, P]; returns every leaf (see `EPTreeRollout`)."""
+  """Runs EPTree for B left-padded prompts [B, P]; returns every leaf (see `EPTreeRollout`).
+
+  Each round forks every tree at its N highest −log p tokens, except padding and EOS, the first
+  token of each continuation, tokens already forked, tokens after one in `stop_tokens`, and
+  those `min_tokens_left` / `min_prefix_fraction` exclude.
+  """
   o, t_max = options, max_new_tokens
   b, p = prompt.shape
   m = o.num_chains

@@ -1,23 +1,11 @@
-"""LATR: lookahead tree-based rollouts (docs/algorithms.md §3.1), one jitted `lax.scan`.
+"""LATR, lookahead tree-based rollouts (docs/methods.md#latr, docs/algorithms.md §3.1), in one
+jitted `lax.scan` over K slots per prompt.
 
-Every prompt (root) owns K slots. Slot 0 starts live; the others are free. At each decoding step,
-while the tree phase lasts, every live row continues with its top-1 token under the *raw* softmax
-and its rank-2 token becomes a branch candidate when `p2 > tau_abs` and `p1 - p2 < tau_rel`.
-Accepted candidates (in row order, while the root has free slots) fork: the child slot receives a
-copy of the parent's token buffer and KV-cache row (a row gather inside the scan, so the shared
-prefix is never recomputed) and takes the candidate token. A child born `r` steps ago, for each
-lookahead window r, is compared with its parent over those r tokens and pruned (its slot freed)
-when the continuations stay alike (normalised edit distance, suffix match or ROUGE-L;
-`tree_metrics.prune_mask`). The tree phase ends when the roots are full enough
-(`sum eff_size >= round(K·B·θ_s)`, θ_s = thres_init − thres_decay·s/T, a root whose live rows all
-finished counting as full) and no branch is younger than the largest window, or at
-`force_return_step`; from then on every unfinished row samples with the rollout strategy. Free
-slots left at the end are filled with a copy of the root's first row (`fill_return_sequences`).
-
-The reported log-probs are those of the chosen tokens under the rollout strategy's
-temperature-scaled distribution, so they equal the trainer's recomputation (a test).
-`decode_tokens` counts the tokens the live rows decoded: the compute a variable-size engine
-would spend; shared prefixes count once.
+In: B left-padded prompts, `LatrOptions`. Out: `TreeSamples` [B·K, T], root b owning rows
+b·K .. b·K + K − 1. Invariants: a branch copies its parent's buffers and KV-cache row
+(`opening.fork_rows`), so a shared prefix is decoded once; `logp` is each chosen token's
+log-prob under the rollout strategy's temperature-scaled distribution (the trainer's, a test);
+`decode_tokens` counts the tokens live rows decoded, shared prefixes once.
 """
 
 from __future__ import annotations
@@ -30,8 +18,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from rl_jax import models
-from rl_jax.sampling import tree_metrics
+from rl_jax import models, parallel
+from rl_jax.sampling import opening, tree_metrics
 from rl_jax.sampling.strategies import Sampling
 
 
@@ -170,11 +158,8 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
   n = b * k
   force = o.force_return_step or t_max
   max_window = max(o.windows)
-  cache = models.init_cache(cfg, b, p + t_max)
-  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
-  root_rows = jnp.repeat(jnp.arange(b), k)
-  cache = cache.take_rows(root_rows)  # the prompt is prefilled once per root, then shared
-  logits = logits[root_rows]
+  logits, cache = opening.open_rows(cfg, params, prompt, prompt_mask, copies=k,
+                                    cache_size=p + t_max)
   slot = jnp.tile(jnp.arange(k), b)
   budget = (jnp.full((b,), k, jnp.int32) if budgets is None
             else jnp.asarray(budgets, jnp.int32).reshape(b))
@@ -182,12 +167,13 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
   exempt = (jnp.zeros((cfg.vocab_size,), bool) if exempt_tokens is None
             else jnp.asarray(exempt_tokens, bool))
   z = jnp.zeros((n, t_max))
-  init = dict(cache=cache, logits=logits, tokens=z.astype(jnp.int32), mask=z.astype(bool),
-              logp=z, entropy=z, active=(slot == 0) & allowed, done=jnp.zeros((n,), bool),
-              parent=jnp.arange(n, dtype=jnp.int32), birth=jnp.zeros((n,), jnp.int32),
-              div_tok=jnp.zeros((n,), jnp.int32), in_tree=jnp.array(True),
-              decode_tokens=jnp.zeros((), jnp.int32), num_forks=jnp.zeros((), jnp.int32),
-              num_pruned=jnp.zeros((), jnp.int32), tree_steps=jnp.zeros((), jnp.int32))
+  init = parallel.shard_batch(dict(
+      cache=cache, logits=logits, tokens=z.astype(jnp.int32), mask=z.astype(bool), logp=z,
+      entropy=z, active=(slot == 0) & allowed, done=jnp.zeros((n,), bool),
+      parent=jnp.arange(n, dtype=jnp.int32), birth=jnp.zeros((n,), jnp.int32),
+      div_tok=jnp.zeros((n,), jnp.int32), in_tree=jnp.array(True),
+      decode_tokens=jnp.zeros((), jnp.int32), num_forks=jnp.zeros((), jnp.int32),
+      num_pruned=jnp.zeros((), jnp.int32), tree_steps=jnp.zeros((), jnp.int32)))
 
   def step(c, t):
     in_tree = c["in_tree"] & (t < force)
@@ -201,10 +187,8 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     src_local, new = fork_slots(cand.reshape(b, k), (c["active"] | ~allowed).reshape(b, k))
     src = (src_local + (jnp.arange(b) * k)[:, None]).reshape(n)
     new = new.reshape(n)
-    take = lambda x: x[src]
-    # Copying every cache row is the costliest part of a step: do it only when a fork happened.
-    cache = jax.lax.cond(new.any(), lambda x: x.take_rows(src), lambda x: x, c["cache"])
-    logits = take(c["logits"])
+    (logits, *bufs), cache = opening.fork_rows(
+        src, c["cache"], tuple(c[f] for f in ("logits", "tokens", "mask", "logp", "entropy")), new)
     tok = jnp.where(new, top_i[src, 1], base[src]).astype(jnp.int32)
     active = c["active"] | new
     done = jnp.where(new, False, c["done"])
@@ -212,14 +196,8 @@ def latr_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Ar
     parent = jnp.where(new, src, c["parent"]).astype(jnp.int32)
     birth = jnp.where(new, t, c["birth"]).astype(jnp.int32)
     div_tok = jnp.where(new, tok, c["div_tok"])
-    tokens, mask = take(c["tokens"]), take(c["mask"])
-    logp_buf, ent_buf = take(c["logp"]), take(c["entropy"])
-    logp, ent = strategy.logp_entropy(logits, tok)
-    tok = jnp.where(live, tok, pad_id)
-    tokens = tokens.at[:, t].set(tok)
-    mask = mask.at[:, t].set(live)
-    logp_buf = logp_buf.at[:, t].set(jnp.where(live, logp, 0.0))
-    ent_buf = ent_buf.at[:, t].set(jnp.where(live, ent, 0.0))
+    tok, (tokens, mask, logp_buf, ent_buf) = opening.write_token(
+        bufs, t, tok, live, *strategy.logp_entropy(logits, tok), pad_id=pad_id)
     done = done | (live & (tok == eos_id))
 
     # Lookahead pruning: children born r − 1 steps ago now have r tokens since the fork.

@@ -1,23 +1,13 @@
-"""APRIL's partial-rollout engine (docs/algorithms.md §7): decode until enough groups finish.
+"""APRIL's partial-rollout engine (docs/methods.md#april, docs/algorithms.md §7): decode until
+enough groups finish.
 
-R = O·G rows (O over-provisioned groups of G contiguous rows) decode together. A row may resume
-a partial completion from an earlier step: its `prefix` [R, T] (the tokens it already has,
-right-padded, `prefix_mask`) is re-prefilled after the prompt under the current parameters, and
-decoding continues from there. The loop ends as soon as `target_groups` groups have every row
-finished (EOS or T completion tokens), or when every row has finished; rows still unfinished
-then are returned as they are, to be carried into the next step (`rl_jax.rollout.april`).
-
-Why the prefix and not its KV cache: the cached keys/values were computed by the old
-parameters, so reusing them would condition the new policy's tokens on stale activations (the
-continuation would be drawn from neither policy, and its log-probs would not be the trainer's).
-Re-prefilling costs one forward pass over at most T tokens per carried row, and the carried state
-is only tokens, log-probs and versions (what a checkpoint stores), never a cache. slime does the
-same: a resumed request is resubmitted with its partial response as part of the prompt.
-
-Every round draws at least one token per unfinished row (the first one, from the prompt or
-prefix logits), so a row ends within T rounds. Token j of this call's continuation of row r is
-drawn with fold_in(fold_in(rng, r), j) (`decode.draw_rows`). Shapes are static; the whole engine
-is one jitted call (a `lax.while_loop` that checks the stop rule after every decode step).
+In: R = O·G rows (O groups of G contiguous rows), each with an optional carried prefix [R, T]
+(right-padded tokens, mask, behaviour log-probs). Out: `PartialSamples` [R, T]: the prefix, then
+this call's tokens. Invariants: a prefix is re-prefilled after the prompt under the current
+parameters (its old cache is never reused, so new tokens are the current policy's); the loop
+ends once `target_groups` groups have every row ended (EOS or T tokens), or every row has;
+each round draws at least one token per unfinished row; token j of this call's continuation of
+row r is drawn with fold_in(fold_in(rng, r), j) (`decode.draw_rows`). One jitted call.
 """
 
 from __future__ import annotations
@@ -30,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_jax import models, parallel
+from rl_jax.sampling import opening
 from rl_jax.sampling.decode import draw_rows
 from rl_jax.sampling.strategies import Sampling
 
@@ -100,12 +91,12 @@ def _partial_generate(params, prompt, prompt_mask, prefix, prefix_mask, prefix_l
   r, p = prompt.shape
   t_max = max_new_tokens
   length = prefix_mask.sum(-1, dtype=jnp.int32)  # L_r
-  cache = parallel.shard_batch(models.init_cache(cfg, r, p + t_max))
-  prompt_logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
+  prompt_logits, cache = opening.open_rows(cfg, params, prompt, prompt_mask, copies=1,
+                                           cache_size=p + t_max)
   hidden, cache = models.extend(cfg, params, cache, prefix.astype(jnp.int32), prefix_mask)
   # Row r's next token goes to slot P + L_r (per-row write slots, as the refill engine's): the
   # continuation overwrites the prefix block's padding, so P + T slots hold every row.
-  cache = cache.replace(index=p + length)
+  cache = cache.replace(index=parallel.shard_batch(p + length))
   last = hidden[jnp.arange(r), jnp.maximum(length - 1, 0)]
   logits = jnp.where((length > 0)[:, None], models.logits_from_hidden(cfg, params, last),
                      prompt_logits)
@@ -114,16 +105,12 @@ def _partial_generate(params, prompt, prompt_mask, prefix, prefix_mask, prefix_l
 
   def draw(logits, done, j, bufs):
     tok, logp, _ = draw_rows(strategy, logits, rng, rows, jnp.full((r,), j))
-    live = ~done
-    tok = jnp.where(live, tok, pad_id)
-    vals = (tok, live, jnp.where(live, logp, 0.0))
-    bufs = tuple(jax.lax.dynamic_update_slice_in_dim(b, v[:, None].astype(b.dtype), j, axis=1)
-                 for b, v in zip(bufs, vals))
+    tok, bufs = opening.write_token(bufs, j, tok, ~done, logp, pad_id=pad_id)
     done = done | (tok == eos_id) | (j + 1 >= remaining)
     return tok, done, bufs
 
-  bufs = (jnp.full((r, t_max), pad_id, jnp.int32), jnp.zeros((r, t_max), bool),
-          jnp.zeros((r, t_max), jnp.float32))
+  bufs = opening.batch_buffers(r, t_max, ((pad_id, jnp.int32), (False, bool),
+                                          (0.0, jnp.float32)))
   done = prefix_done.astype(bool) | (remaining <= 0)
   tok, done, bufs = draw(logits, done, 0, bufs)
 

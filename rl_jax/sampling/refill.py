@@ -1,26 +1,14 @@
-"""Slot refill (continuous batching): S decode slots serve Q = B·G requests; when a row ends, its
-slot takes the next queued request at once.
+"""Slot refill (continuous batching): S decode slots serve Q = B·G requests; a slot whose request
+ends takes the next queued one at once.
 
-The linear sampler gives every request a row for all its steps, so a row that ends early idles
-until the longest row of the batch ends (with the long-tailed lengths of RL completions that is
-most of the work). Here the requests queue in order q = 0 .. Q - 1 (request q is sample q mod G of prompt
-q // G, the row order of `decode.generate(num_samples=G)`), and each loop iteration is one
-`decode_step` of all S slots followed by the refill of every slot whose request ended:
-
-  * the B prompts are prefilled once at the start; a refill copies its prompt's keys/values into
-    the slot's first P cache slots (no recomputation) and draws the request's first token from
-    the prompt's stored next-token logits;
-  * each slot writes its own cache slot (`KVCache.index` is per row, [S]); cache slots of the
-    previous request are masked out, so a slot's attention sees exactly the linear sampler's row;
-  * token t of request q is drawn with fold_in(fold_in(rng, q), t) (`decode.draw_rows`), so the
-    tokens do not depend on which slot or step served the request: they equal
-    `decode.generate(..., row_keys=True)`'s, and the log-probs equal the trainer's.
-
-Shapes are static (S slots, a [Q, T] output buffer written by scatter), the whole engine is one
-jitted `lax.while_loop` that ends when every request has ended. `slot_steps` = Q + S per
-iteration: the token draws spent (a request's first token comes from its prompt's logits, as in
-the linear sampler, whose R rows spend R·T), which `benchmarks/decode.py` divides the useful
-tokens by.
+In: B left-padded prompts, G samples each, S slots. Out: `RefillSamples` [Q, T] in the row order
+of `decode.generate(num_samples=G)` (request q: sample q mod G of prompt q // G), and the work
+spent (`slot_steps` = Q + S per loop iteration). Invariants: the B prompts are prefilled once
+(`opening.open_rows`); a refill copies its prompt's cache rows into the slot's first P cache slots
+and draws the first token from the prompt's stored logits; each slot writes its own cache slot
+(per-row `KVCache.index`), older slots masked out, so a slot attends to exactly the linear
+sampler's row; token t of request q is drawn with fold_in(fold_in(rng, q), t), so the samples
+equal `decode.generate(row_keys=True)`'s. One jitted `lax.while_loop`, static shapes.
 """
 
 from __future__ import annotations
@@ -33,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_jax import models, parallel
+from rl_jax.sampling import opening
 from rl_jax.sampling.decode import Samples, draw_rows
 from rl_jax.sampling.strategies import Sampling
 
@@ -127,13 +116,12 @@ def refill_generate(params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.
   s = num_slots or q
   if not 0 < s <= q:
     raise ValueError(f"num_slots={num_slots} must be in [1, B·G={q}] (0 = B·G)")
-  prompt_cache = models.init_cache(cfg, b, p)
-  prompt_logits, prompt_cache = models.prefill(cfg, params, prompt_cache, prompt, prompt_mask)
+  prompt_logits, prompt_cache = opening.open_rows(cfg, params, prompt, prompt_mask, copies=1,
+                                                  cache_size=p)
   cache = parallel.shard_batch(models.init_cache(cfg, s, p + t_max))
-  cache = cache.replace(index=jnp.full((s,), p, jnp.int32))
-  fill = (pad_id, False, 0.0, 0.0)
-  dtypes = (jnp.int32, bool, jnp.float32, jnp.float32)
-  out = tuple(jnp.full((q, t_max), v, d) for v, d in zip(fill, dtypes))
+  cache = cache.replace(index=parallel.shard_batch(jnp.full((s,), p, jnp.int32)))
+  fill = ((pad_id, jnp.int32), (False, bool), (0.0, jnp.float32), (0.0, jnp.float32))
+  out = opening.batch_buffers(q, t_max, fill)
   limits = jnp.full((q,), t_max, jnp.int32)
   if max_lengths is not None:
     limits = jnp.minimum(limits, jnp.asarray(max_lengths, jnp.int32))

@@ -2,14 +2,11 @@
 
 Each has `draw(logits, rng) -> (tokens, logp, entropy)` over float32 logits [B, V] (`sample` gives
 the tokens alone) and `scaled(logits)`, the temperature-scaled logits whose log-softmax is the
-behaviour log-prob the sampler reports (and the trainer recomputes). Top-k / top-p truncate only what is *drawn*; the reported log-probs use the
-untruncated temperature-scaled distribution, as TRL and verl do, so they are differentiable and
-comparable across strategies.
-
-Tokens are drawn by inverse-CDF sampling, one uniform per row, over vocabulary blocks (pick a block
-by its cumulative mass, then a token inside it). That is exact in law and costs one pass over the
-vocabulary; `jax.random.categorical` (Gumbel-max) draws V random numbers per row, which took 4x
-longer than the whole inverse-CDF draw at SmolLM2's V = 49152 on CPU (docs/research/peers.md).
+behaviour log-prob the sampler reports (and the trainer recomputes). Invariant: top-k / top-p
+truncate only what is drawn; the reported log-probs use the untruncated temperature-scaled
+distribution (as TRL and verl do). Tokens are drawn by a two-level inverse CDF over vocabulary
+blocks, one uniform per row: exact in law, one pass over the vocabulary (docs/research/peers.md
+times it against `jax.random.categorical`).
 """
 
 from __future__ import annotations

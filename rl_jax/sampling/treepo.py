@@ -1,32 +1,14 @@
-"""TreePO's segment-wise tree sampling (docs/algorithms.md §3.3) over the explicit KV cache.
+"""TreePO's segment-wise tree sampling (docs/methods.md#treepo, docs/algorithms.md §3.3) over
+the explicit KV cache, orchestrated on the host between segments.
 
-Per prompt, a budget of G leaves in G slots: `first_width` paths start from the prompt; they are
-decoded in segments of `segment_len` tokens, and at every segment boundary each live path forks
-into `branches` paths (itself and `branches` − 1 children in free slots, while free slots last:
-the reference's `tree_fixed_step_div`), until every path has ended (EOS or the length limit).
-Every segment of a path is a tree node (the reference's path ids root#c1#c2…), so the tree of
-`types.Tree` has node 0 = the prompt and one node per (path, segment); its leaves feed the tree
-advantages (`rl.advantages.tree.treepo`: subgroup baselines per depth).
-
-Prefix reuse: a child copies its parent's KV-cache row and next-token logits at the boundary
-(`KVCache.take_rows`), so a shared prefix is decoded once. All G·B slots decode in lock-step
-(static shapes, one compile per segment length); a slot not in use gets a length limit of 1 and
-its draws are discarded. Token t of a segment in slot s is drawn with
-fold_in(fold_in(fold_in(rng, segment), s), t) (`decode.draw_rows`), so siblings differ. The
-orchestration (which slot forks from which) runs on the host between segments.
-
-Segments at step boundaries (`segment='newline'`, an rl_jax option [R]; the reference cuts
-fixed-length segments): a segment ends at the first newline token (`TreePOOptions.delimiters`,
-every token whose text holds a newline), at EOS or at the length limit, so every fork happens at
-the start of a line: a step of the ladder's scratchpad, the task's own unit of reasoning. Paths
-then have different lengths at a boundary, so each slot writes its own cache slot (a per-row
-`KVCache.index`; a slot that has ended its segment writes nothing while the others finish
-theirs); the tree may hold up to T segments per path.
-
-Simplifications against the reference [R]: the first width is fixed (the reference draws it in
-[2, 8]); there is no depth cap beyond T / segment_len; and when a prompt's paths all end before
-its budget is used, the missing leaves are copies of its first leaf (as EPTree's fill does), not
-the reference's fallback re-expansions.
+In: B left-padded prompts, a leaf budget G (or n_b per prompt), `TreePOOptions`. Out:
+`TreePORollout` (host arrays [B·G, T] and a `types.Tree`: node 0 = the prompt, one node per
+(path, segment)). Invariants: `first_width` paths start per prompt, and at each segment end
+(`segment_len` tokens, or a newline token with segment='newline') every live path forks into
+`branches` paths while free slots last; a child copies its parent's KV-cache row and logits
+(`opening.fork_rows`), so a shared prefix is decoded once. Token t of a segment k in slot s is
+drawn with fold_in(fold_in(fold_in(rng, k), s), t) (`decode.draw_rows`). Leaves a prompt does
+not reach are copies of its first leaf (`filled`).
 """
 
 from __future__ import annotations
@@ -40,6 +22,7 @@ import numpy as np
 
 from rl_jax import models
 from rl_jax.sampling.decode import decode_loop, draw_rows
+from rl_jax.sampling import opening
 from rl_jax.sampling.eptree import incidence
 from rl_jax.sampling.strategies import Sampling
 from rl_jax.types import Tree
@@ -105,13 +88,7 @@ class TreePORollout:
   fork_prefix_tokens: int = 0
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "group", "cache_size"))
-def _start(params, prompt, prompt_mask, *, cfg: models.ModelConfig, group: int, cache_size: int):
-  """Prefill of the B prompts, copied to G slots each: (cache, next-token logits [B·G, V])."""
-  cache = models.init_cache(cfg, prompt.shape[0], cache_size)
-  logits, cache = models.prefill(cfg, params, cache, prompt, prompt_mask)
-  rows = jnp.repeat(jnp.arange(prompt.shape[0]), group)
-  return cache.take_rows(rows), logits[rows]
+_open = jax.jit(opening.open_rows, static_argnames=("cfg", "copies", "cache_size"))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "strategy", "segment_len", "eos_id",
@@ -120,7 +97,7 @@ def _segment(params, cache, logits, src, limits, rng, *, cfg: models.ModelConfig
              strategy: Sampling, segment_len: int, eos_id: int, pad_id: int):
   """Slots take the rows `src` [S] (forks), decode one segment (row s ends at limits[s]), then
   feed each row's last token: (samples [S, segment_len], cache, next-token logits)."""
-  cache, logits = cache.take_rows(src), logits[src]
+  logits, cache = opening.fork_rows(src, cache, logits)
   out, cache = decode_loop(cfg, params, cache, logits, rng, strategy=strategy,
                            max_new_tokens=segment_len, eos_id=eos_id, pad_id=pad_id,
                            row_keys=True, max_lengths=limits)
@@ -137,26 +114,25 @@ def _line_segment(params, cache, logits, src, limits, delimiters, rng, *,
   row s then decodes until a token in `delimiters`, EOS or limits[s] tokens (0 = idle: nothing),
   feeding each token at its own next cache slot; a row that has ended writes nothing (its slot
   and position stay). Returns ((tokens, mask, logp) [S, max_len], cache, next-token logits)."""
-  cache, logits = cache.take_rows(src).replace(index=cache.index[src]), logits[src]
+  (logits, index), cache = opening.fork_rows(src, cache, (logits, cache.index))
+  cache = cache.replace(index=index)
   s = logits.shape[0]
   rows = jnp.arange(s)
 
   def body(state):
-    t, cache, logits, done, (toks, masks, logps) = state
+    t, cache, logits, done, out = state
     tok, logp, _ = draw_rows(strategy, logits, rng, rows, jnp.full((s,), t))
     live = ~done
-    tok = jnp.where(live, tok, pad_id)
+    tok, out = opening.write_token(out, t, tok, live, logp, pad_id=pad_id)
     hidden, fed = models.extend(cfg, params, cache, tok[:, None], live[:, None])
     cache = fed.replace(index=jnp.where(live, fed.index, cache.index))
     logits = jnp.where(live[:, None], models.logits_from_hidden(cfg, params, hidden[:, 0]),
                        logits)
-    out = (toks.at[:, t].set(tok), masks.at[:, t].set(live),
-           logps.at[:, t].set(jnp.where(live, logp, 0.0)))
     done = done | (tok == eos_id) | jnp.isin(tok, delimiters) | (t + 1 >= limits)
     return t + 1, cache, logits, done, out
 
-  bufs = (jnp.full((s, max_len), pad_id, jnp.int32), jnp.zeros((s, max_len), bool),
-          jnp.zeros((s, max_len), jnp.float32))
+  bufs = opening.batch_buffers(s, max_len, ((pad_id, jnp.int32), (False, bool),
+                                            (0.0, jnp.float32)))
   _, cache, logits, _, out = jax.lax.while_loop(
       lambda state: (state[0] < max_len) & ~jnp.all(state[3]), body,
       (jnp.int32(0), cache, logits, limits <= 0, bufs))
@@ -198,8 +174,8 @@ def treepo_rollout(params, prompt: np.ndarray, prompt_mask: np.ndarray, rng: jax
   if p + t_max > cfg.max_seq_len:
     raise ValueError(f"prompt length {p} + max_new_tokens {t_max} exceeds "
                      f"ModelConfig.max_seq_len={cfg.max_seq_len}")
-  cache, logits = _start(params, jnp.asarray(prompt), jnp.asarray(prompt_mask), cfg=big,
-                         group=group, cache_size=cache_size)
+  logits, cache = _open(big, params, jnp.asarray(prompt), jnp.asarray(prompt_mask),
+                        copies=group, cache_size=cache_size)
   if lines:  # Per-row write slots: paths reach a boundary at different lengths.
     cache = cache.replace(index=jnp.full((s,), cache.index, jnp.int32))
     delimiters = jnp.asarray(o.delimiters, jnp.int32)
