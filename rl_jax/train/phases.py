@@ -24,7 +24,7 @@ from rl_jax.data.batching import LengthBuckets
 from rl_jax.experiment import Experiment
 from rl_jax.metrics import MetricsWriter, ProgressBar
 from rl_jax.rewards import contained
-from rl_jax.rollout import checks, collect, pool
+from rl_jax.rollout import checks, collect
 from rl_jax.rollout.requests import StepContext
 from rl_jax.train import companions as companions_lib
 from rl_jax.train import hyper as hyper_lib
@@ -290,7 +290,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
     eval_fn = c.wrap_eval(eval_fn)
   hyper = hyper_lib.hyper_from_config(exp.config)
   params_sh = parallel.tree_shardings(sft_params, exp.mesh)
-  example = pool.example_batch(exp)
+  example = collect.example_batch(exp)
   for c in companions.values():
     example = c.example(example)
   batch_sh = _batch_shardings(exp, example)
@@ -305,7 +305,8 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None) -> Phas
 
   def step_fn(state, step):
     ctx = StepContext(exp, _compute_params(exp, state.params), step, stream,
-                      companions=companions_lib.rollout_state(companions))
+                      companions=companions_lib.rollout_state(companions),
+                      on_round=companions_lib.round_hooks(companions))
     batch, rewards, host_metrics = collect.rollout(ctx)
     for c in companions.values():
       batch, more = c.after_rollout(batch, rewards, state.params)

@@ -1,10 +1,12 @@
 """DAPO host rollouts: overlong shaping numbers, dynamic sampling with static shapes.
 
-Generation is stubbed (`collect.collect` takes the round sampler as a function), so the group
-selection is checked exactly; one test runs the real sampler and RL phase on the smoke config.
+Generation is stubbed (`collect.collect` takes the fresh-round function, which returns a typed
+`engines.Round`), so the group selection is checked exactly; one test runs the real sampler and RL phase on the smoke config.
 """
 
 from __future__ import annotations
+
+import types
 
 import numpy as np
 import pytest
@@ -45,19 +47,26 @@ def test_informative_groups():
                                 [False, True, False])
 
 
-def _stub(round_rewards, group_size):
-  """draw(k) -> a host Rollout whose tokens encode (round, row), and its [R, 1] rewards."""
+def _ctx(config, **kw) -> StepContext:
+  """A step context for stubbed rounds: only the config is read."""
+  return StepContext(types.SimpleNamespace(config=config), None, **kw)
 
-  def draw(k):
+
+def _stub(round_rewards, group_size):
+  """fresh(ctx, k) -> a Round: a host Rollout whose tokens encode (round, row), [R, 1] rewards."""
+
+  def draw(ctx, k):
+    del ctx
     r = np.asarray(round_rewards[k], np.float32)
     n = len(r)
     tokens = np.tile((100 * k + np.arange(n))[:, None], (1, T)).astype(np.int32)
     mask = np.ones((n, T), bool)
     mask[:, -1] = np.arange(n) % 2 == 0  # Lengths 5 and 4.
-    return Rollout(prompt_tokens=np.ones((n, 2), np.int32), prompt_mask=np.ones((n, 2), bool),
-                   tokens=tokens, mask=mask, logp=np.zeros((n, T), np.float32),
-                   group=np.repeat(np.arange(n // group_size), group_size).astype(np.int32),
-                   valid=np.ones(n, bool)), r[:, None]
+    return engines.Round(Rollout(
+        prompt_tokens=np.ones((n, 2), np.int32), prompt_mask=np.ones((n, 2), bool),
+        tokens=tokens, mask=mask, logp=np.zeros((n, T), np.float32),
+        group=np.repeat(np.arange(n // group_size), group_size).astype(np.int32),
+        valid=np.ones(n, bool)), r[:, None])
 
   return draw
 
@@ -73,7 +82,7 @@ def test_dynamic_sampling_keeps_informative_groups_in_order(ds_config):
   rounds = [[1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0],   # Round 0: group 1 informative.
             [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0],   # Round 1: groups 0 and 2.
             [0, 1, 0, 1] * 3]                        # Never drawn: 3 groups already.
-  batch, rewards, metrics = collect.collect(_stub(rounds, 4), ds_config)
+  batch, rewards, metrics = collect.collect(_ctx(ds_config), _stub(rounds, 4))
   assert metrics["gen_rounds"] == 2 and metrics["kept_groups"] == 3
   assert metrics["rollout_tokens"] == 2 * 12 * 4.5
   assert batch.tokens.shape == (12, T) and rewards.shape == (12, 1)
@@ -85,7 +94,7 @@ def test_dynamic_sampling_keeps_informative_groups_in_order(ds_config):
 
 def test_dynamic_sampling_fills_missing_groups_with_invalid_rows(ds_config):
   rounds = [[0] * 12, [1] * 4 + [0, 1, 1, 1] + [0] * 4, [1] * 12]
-  batch, rewards, metrics = collect.collect(_stub(rounds, 4), ds_config)
+  batch, rewards, metrics = collect.collect(_ctx(ds_config), _stub(rounds, 4))
   assert metrics["gen_rounds"] == 3 and metrics["kept_groups"] == 1
   assert batch.tokens.shape == (12, T) and rewards.shape == (12, 1)
   np.testing.assert_array_equal(batch.valid, np.repeat([True, False, False], 4))
@@ -96,7 +105,7 @@ def test_dynamic_sampling_fills_missing_groups_with_invalid_rows(ds_config):
 def test_without_dynamic_sampling_one_round_and_shaping(ds_config):
   ds_config.rl.update(dynamic_sampling=False, overlong_buffer=2)
   rounds = [[1] * 12]
-  batch, rewards, metrics = collect.collect(_stub(rounds, 4), ds_config)
+  batch, rewards, metrics = collect.collect(_ctx(ds_config), _stub(rounds, 4))
   assert metrics["gen_rounds"] == 1 and metrics["kept_groups"] == 3
   # L_max = 5, L_cache = 2: length 5 -> -1, length 4 -> -0.5.
   np.testing.assert_allclose(rewards[:4, 0], [0.0, 0.5, 0.0, 0.5])
