@@ -2,7 +2,7 @@
 batch, one typed `engines.Round` per generation round.
 
 In: a `StepContext`. Out (`rollout`): the RL batch (`Rollout`), shaped rewards [R, K] float32 and
-host metrics. `collect` runs rounds into a `pool.Pool`:
+host metrics. `rollout` runs rounds into a `pool.Pool`:
 
 * round 0 is `fresh(ctx, 0)`: the prompts of the round-0 engine's planner (`Engine.plan`, else
   `planner.plan`), served and scored (`engines.serve`);
@@ -37,7 +37,7 @@ from rl_jax.rollout.engines import Round
 from rl_jax.rollout.requests import Requests, StepContext
 from rl_jax.types import Rollout
 
-# Host counts that `collect` sums over generation rounds (rl_jax.rewards.contained).
+# Host counts that `rollout` sums over generation rounds (rl_jax.rewards.contained).
 COUNTS = ("reward/errors", "reward/timeouts", "reward/calls")
 
 
@@ -64,15 +64,6 @@ def extend_round(ctx: StepContext, round_idx: int, requests: Requests) -> Round:
   return out
 
 
-def rollout(ctx: StepContext):
-  """The RL batch of step `ctx.step`: (Rollout, shaped rewards [R, K] float32, host metrics with
-  the allocation metrics). The companions' state (APRIL's carry, ARRoL's head) is updated in
-  place."""
-  batch, shaped, metrics = collect(ctx)
-  metrics.update(pool_lib.batch_metrics(batch, shaped, ctx.config))
-  return batch, shaped, metrics
-
-
 def example_batch(exp) -> Rollout:
   """Zeros shaped like the config's RL batches (the jitted RL step's shardings), with the fields
   the config's engines (`Engine.example`) and round rules (`RoundRule.example`) add; run
@@ -87,10 +78,11 @@ def example_batch(exp) -> Rollout:
   return rules.example(config, engines.example(config, example))
 
 
-def collect(ctx: StepContext, fresh: Callable[[StepContext, int], Round] = fresh_round,
+def rollout(ctx: StepContext, fresh: Callable[[StepContext, int], Round] = fresh_round,
             extend: Callable[[StepContext, int, Requests], Round] = extend_round):
-  """Runs the rounds of one step; returns (rollout, shaped rewards [R, K], host metrics).
-  `fresh` / `extend` serve a round (tests pass stubs)."""
+  """The RL batch of step `ctx.step`: (Rollout, shaped rewards [R, K] float32, host metrics with
+  the allocation metrics). `fresh` / `extend` serve a round (tests pass stubs); the companions'
+  state (APRIL's carry, ARRoL's head) is updated in place."""
   config, history, step = ctx.config, ctx.history, ctx.step
   rl = config.rl
   active = rules.make_rules(ctx)
@@ -148,6 +140,7 @@ def collect(ctx: StepContext, fresh: Callable[[StepContext, int], Round] = fresh
   metrics["batch_tokens"] = int(np.asarray(batch.mask).sum())
   for name, col in zip(rl.rewards, raw.T):
     metrics[f"reward_{name}"] = float(col[valid].mean()) if valid.any() else 0.0
+  metrics.update(pool_lib.batch_metrics(batch, shaped, config))
   return batch, shaped, metrics
 
 

@@ -264,7 +264,7 @@ class AllocationProbe(RoundRule):
       return None
     self.asked = True
     if self.history is None:
-      raise ValueError("allocation.probe needs the rollout history (collect(history=...))")
+      raise ValueError("allocation.probe needs the rollout history (StepContext.history)")
     ids = np.asarray(pool.slot_prompt, np.int64)
     rng = planner.alloc_rng(self.config, self.step, 1000 + round_idx)
     extra = planner.StepAllocator(self.config).second(self.step, ids, self.history, rng)

@@ -141,7 +141,7 @@ def test_extra_rounds_on_a_fake_engine(v05_config, monkeypatch):
   history = RolloutHistory()
   _fixed_prior(monkeypatch, 0.5, 0.01)
   ctx = StepContext(types.SimpleNamespace(config=v05_config), None, 3, history=history)
-  batch, rewards, metrics = collect.collect(ctx, draw, extend)
+  batch, rewards, metrics = collect.rollout(ctx, draw, extend)
   # Round 1: slot 0 doubled (4 rows); round 2: slot 0 at 8 of 8 still rejected -> 8 more (24
   # rows in all, the batch's R_max); then n = 16 = n_max.
   assert asked == [(1, [10], [4], [0]), (2, [10], [8], [0])]
@@ -162,7 +162,7 @@ def test_extra_rounds_stop_when_the_batch_is_full(v05_config, monkeypatch):
   extend = lambda ctx, k, req: _rows(*requests_lib.layout(req.counts, req.total),
                                      np.ones(req.total))
   _fixed_prior(monkeypatch, 0.5, 0.01)
-  batch, _, metrics = collect.collect(
+  batch, _, metrics = collect.rollout(
       StepContext(types.SimpleNamespace(config=v05_config), None), draw, extend)
   assert metrics["gen_rounds"] == 2 and metrics["v05/short"] == 1
   assert metrics["v05/group_size_mean"] == 6.0 and batch.valid.all()

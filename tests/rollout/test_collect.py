@@ -1,7 +1,8 @@
 """DAPO host rollouts: overlong shaping numbers, dynamic sampling with static shapes.
 
-Generation is stubbed (`collect.collect` takes the fresh-round function, which returns a typed
-`engines.Round`), so the group selection is checked exactly; one test runs the real sampler and RL phase on the smoke config.
+Generation is stubbed (`collect.rollout` takes the fresh-round function, which returns a typed
+`engines.Round`), so the group selection is checked exactly; one test runs the real sampler and
+RL phase on the smoke config.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def test_dynamic_sampling_keeps_informative_groups_in_order(ds_config):
   rounds = [[1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0],   # Round 0: group 1 informative.
             [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0],   # Round 1: groups 0 and 2.
             [0, 1, 0, 1] * 3]                        # Never drawn: 3 groups already.
-  batch, rewards, metrics = collect.collect(_ctx(ds_config), _stub(rounds, 4))
+  batch, rewards, metrics = collect.rollout(_ctx(ds_config), _stub(rounds, 4))
   assert metrics["gen_rounds"] == 2 and metrics["kept_groups"] == 3
   assert metrics["rollout_tokens"] == 2 * 12 * 4.5
   assert batch.tokens.shape == (12, T) and rewards.shape == (12, 1)
@@ -94,7 +95,7 @@ def test_dynamic_sampling_keeps_informative_groups_in_order(ds_config):
 
 def test_dynamic_sampling_fills_missing_groups_with_invalid_rows(ds_config):
   rounds = [[0] * 12, [1] * 4 + [0, 1, 1, 1] + [0] * 4, [1] * 12]
-  batch, rewards, metrics = collect.collect(_ctx(ds_config), _stub(rounds, 4))
+  batch, rewards, metrics = collect.rollout(_ctx(ds_config), _stub(rounds, 4))
   assert metrics["gen_rounds"] == 3 and metrics["kept_groups"] == 1
   assert batch.tokens.shape == (12, T) and rewards.shape == (12, 1)
   np.testing.assert_array_equal(batch.valid, np.repeat([True, False, False], 4))
@@ -105,7 +106,7 @@ def test_dynamic_sampling_fills_missing_groups_with_invalid_rows(ds_config):
 def test_without_dynamic_sampling_one_round_and_shaping(ds_config):
   ds_config.rl.update(dynamic_sampling=False, overlong_buffer=2)
   rounds = [[1] * 12]
-  batch, rewards, metrics = collect.collect(_ctx(ds_config), _stub(rounds, 4))
+  batch, rewards, metrics = collect.rollout(_ctx(ds_config), _stub(rounds, 4))
   assert metrics["gen_rounds"] == 1 and metrics["kept_groups"] == 3
   # L_max = 5, L_cache = 2: length 5 -> -1, length 4 -> -0.5.
   np.testing.assert_allclose(rewards[:4, 0], [0.0, 0.5, 0.0, 0.5])

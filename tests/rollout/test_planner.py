@@ -59,7 +59,7 @@ def test_ragged_collect_packs_rows_and_records_history(ragged_config):
   r = np.array([1, 0, 1, 1, 0, 0, 9, 9], np.float32)[:, None]
   draw = lambda ctx, k: engines.Round(_rows(group, valid), r, {}, np.array([7, 8, 9]))
   history = RolloutHistory()
-  batch, rewards, metrics = collect.collect(_ctx(ragged_config, step=5, history=history), draw)
+  batch, rewards, metrics = collect.rollout(_ctx(ragged_config, step=5, history=history), draw)
   np.testing.assert_array_equal(batch.group, [0, 0, 0, 1, 2, 2, 3, 3, 3, 3])
   np.testing.assert_array_equal(batch.valid, [1] * 6 + [0] * 4)
   assert not batch.mask[6:].any() and batch.mask[:6].all()
@@ -102,7 +102,7 @@ def test_extra_rows_join_their_slots(ragged_config):
     return engines.Round(_rows(g, v, 100), 100 + np.arange(4, dtype=np.float32)[:, None])
 
   history = RolloutHistory()
-  batch, rewards, metrics = collect.collect(_ctx(ragged_config, step=1, history=history), draw,
+  batch, rewards, metrics = collect.rollout(_ctx(ragged_config, step=1, history=history), draw,
                                            extend)
   assert asked == [(1, [8, 9], [1, 2])]
   assert metrics["gen_rounds"] == 2
