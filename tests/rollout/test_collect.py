@@ -14,8 +14,8 @@ import pytest
 
 from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.rollout import checks, collect, engines, pool
-from rl_jax.rollout.requests import StepContext
+from rl_jax.rollout import checks, collect, engines, pool, rules
+from rl_jax.rollout.requests import Requests, StepContext
 from rl_jax.train import phases
 from rl_jax.types import Rollout
 
@@ -197,3 +197,66 @@ def test_rl_phase_with_tree_rollouts(smoke_config, tmp_path, mode, advantage):
   for r in records:
     assert {"rollout_tokens", "batch_tokens"} <= set(r)
     assert all(np.isfinite(v) for v in r.values() if isinstance(v, float))
+
+
+def test_serve_scores_once_after_the_engine_then_calls_the_round_hooks(smoke_config, monkeypatch):
+  """engine -> one scorer -> round hooks -> a typed Round; metrics in that order."""
+  calls = []
+
+  def fake_score(exp, tokens, mask, example_ids):
+    del exp, tokens, mask
+    calls.append(np.asarray(example_ids).tolist())
+    return np.arange(len(example_ids), dtype=np.float32)[:, None], {"reward/errors": 0}
+
+  def stub_engine(ctx, requests, keys):
+    del ctx, keys
+    n = requests.total
+    return engines.Served(np.zeros((n, 3), np.int32), np.ones((n, 3), bool),
+                          np.zeros((n, 3), np.float32), requests, metrics={"rollout_tokens": 3 * n})
+
+  monkeypatch.setattr(engines, "score", fake_score)
+  table = engines.ENGINES._table  # pylint: disable=protected-access
+  monkeypatch.setitem(table, "_stub", engines.Engine(stub_engine))
+  seen = []
+
+  def hook(ctx, rnd):
+    del ctx
+    seen.append(rnd.rewards[:, 0].tolist())
+    return {"hook/rows": len(rnd.rewards)}
+
+  exp = types.SimpleNamespace(config=smoke_config, train_prompts=np.arange(20).reshape(10, 2),
+                              train_prompt_mask=np.ones((10, 2), bool))
+  rnd = engines.serve(StepContext(exp, None, on_round=(hook,)), "_stub",
+                      Requests(np.array([3, 5]), np.array([2, 1])), engines.RoundKeys(None))
+  assert calls == [[3, 3, 5]] and seen == [[0.0, 1.0, 2.0]]
+  assert list(rnd.metrics.items()) == [("rollout_tokens", 9), ("hook/rows", 3),
+                                       ("reward/errors", 0)]
+  np.testing.assert_array_equal(rnd.rollout.group, [0, 0, 1])
+  np.testing.assert_array_equal(rnd.rollout.prompt_tokens[:, 0], [6, 6, 10])
+  np.testing.assert_array_equal(rnd.prompt_ids, [3, 5])
+  assert rnd.rewards.dtype == np.float32 and rnd.rollout.valid.all()
+
+
+def test_entries_declare_what_a_method_needs(smoke_config):
+  """The engine, round-rule and advantage entries answer; no caller names the method."""
+  assert "april" not in engines.rollout_modes()
+  assert engines.fresh_engine(smoke_config, 0) == smoke_config.rl.rollout
+  smoke_config.rl.partial.enabled = True
+  assert engines.fresh_engine(smoke_config, 0) == "april"
+  assert engines.fresh_engine(smoke_config, 1) == smoke_config.rl.rollout
+  r, t = 8, 5
+  zero = Rollout(prompt_tokens=np.zeros((r, 2), np.int32), prompt_mask=np.zeros((r, 2), bool),
+                 tokens=np.zeros((r, t), np.int32), mask=np.zeros((r, t), bool),
+                 logp=np.zeros((r, t), np.float32), group=np.zeros(r, np.int32),
+                 valid=np.zeros(r, bool))
+  assert engines.example(smoke_config, zero).policy_version.shape == (r, t)
+  smoke_config.rl.partial.enabled = False
+  smoke_config.rl.rollout = "eptree"
+  assert engines.example(smoke_config, zero).tree.node_of.shape == (r, t)
+  assert "v05_extra" not in rules.active_rules(smoke_config)
+  assert rules.example(smoke_config, zero).prior is None
+  smoke_config.rl.advantage = "v05"
+  assert "v05_extra" in rules.active_rules(smoke_config)
+  assert rules.example(smoke_config, zero).prior.shape == (r, 2)
+  assert engines.tree_modes() == ("eptree", "treepo")
+  assert set(engines.ragged_modes()) == {"iid", "latr", "eptree", "treepo"}
