@@ -1,7 +1,7 @@
 """The house stands (docs/design.md §2): the import graph of rl_jax/ and kernels/, read with `ast`
 (imports inside functions included), has no circle between modules or between rl_jax's
 subpackages, no import against the layer order, no import of experiments/ or benchmarks/ from
-the library, and no library file over 400 lines."""
+the library, and no library file over 600 lines."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-MAX_LINES = 400
+MAX_LINES = 600
 
 # docs/design.md §2's layers, top (1) to bottom: a module imports only from its own layer or above.
 LAYERS = {
@@ -160,7 +160,7 @@ def test_library_imports_no_entry_point():
                 if b.split(".")[0] in OUTSIDE) == []
 
 
-def test_no_library_file_over_400_lines():
+def test_no_library_file_over_600_lines():
   modules, _ = _graph()
   long = {str(p.relative_to(ROOT)): n for p in modules.values()
           if (n := len(p.read_text().splitlines())) > MAX_LINES}

@@ -24,6 +24,20 @@ from rl_jax.registry import Registry
 from rl_jax.rl.advantages.base import masked_whiten
 
 PROCESS_ADVANTAGES = Registry("process advantage")
+
+# What an entry declares (an attribute of its function; False when absent), read instead of
+# naming the methods: `online`: its PRM trains during RL (checkpointed beside the policy);
+# `adds_progress`: adds α x a per-step progress to a per-row outcome advantage (needs alpha);
+# `per_row_outcome`: builds on a per-row outcome advantage.
+TRAITS = ("online", "adds_progress", "per_row_outcome")
+
+
+def declares(name: str, trait: str) -> bool:
+  """Whether process advantage `name` declares `trait` (one of `TRAITS`); False for a name
+  that is not registered ('none')."""
+  if trait not in TRAITS:
+    raise ValueError(f"unknown process-advantage trait {trait!r}; expected one of {TRAITS}")
+  return name in PROCESS_ADVANTAGES and bool(getattr(PROCESS_ADVANTAGES.get(name), trait, False))
 Array = jax.Array
 
 
@@ -188,3 +202,9 @@ def oprl_prm_loss(step_log_ratio_sums: Array, step_mask: Array, outcome: Array, 
   nll = jax.nn.softplus(-d)
   pf = pair.astype(jnp.float32)
   return jnp.sum(nll * pf) / jnp.maximum(jnp.sum(pf), 1.0)
+
+
+# Declared traits (`TRAITS`); 'oracle' is PAV's function.
+pav.adds_progress = pav.per_row_outcome = True
+prime.online = True
+oprl.online = oprl.per_row_outcome = True

@@ -1,32 +1,14 @@
-"""APRIL partial rollouts, host side (docs/algorithms.md §7; `config.rl.partial`).
+"""APRIL partial rollouts, host side (docs/algorithms.md §7; `config.rl.partial`): the engine
+entry 'april', switched on by `rl.partial.enabled` for round 0 of every step.
 
-Each RL step launches O over-provisioned groups of G rows (`partial.groups`, 0 = 2·B): first
-the groups carried over from the previous step (FIFO, whole groups), then fresh prompts. The
-engine (`rl_jax.sampling.partial`) decodes them together and stops as soon as B =
-`prompts_per_step` groups are complete (every row ended at EOS or at T tokens). The batch is the
-first B complete groups in launch order (carried groups come first, so the oldest finish first);
-the other O - B groups, finished or not, are carried into the next step with their tokens,
-behaviour log-probs and the policy version of every token. By default nothing is discarded: groups
-that complete in the same decode step as the target's last one wait one step (so after the
-first step the carry holds exactly O - B groups). With `partial.recycle_finished=False` those
-surplus complete groups are dropped, as slime drops groups that finish after the target (their
-tokens are wasted, but every carried group is unfinished). Decoding is synchronous here, so
-with a policy whose rows often run to T many groups complete together at the length limit;
-with recycling the next step's batch is then mostly carried, one-step-stale groups.
-
-Policy versions: `version[r, t]` is the RL step whose parameters drew token t of row r (-1 off
-the mask). A carried row resumes under newer parameters, so one completion can hold tokens of
-several versions. Off-policy correction: truncated importance sampling, which the trainer already
-has (`config.rl.tis_cap` C > 0 is required): the PPO ratio is taken against the trainer's
-log-probs under the current parameters θ_k, and each token's loss is weighted by
-w_t = min(π_θk(y_t) / μ_v(y_t), C), μ_v the policy of version v that drew the token (its
-recorded log-prob). For tokens drawn this step w_t ≈ 1; for carried tokens it is the truncated
-importance weight between the current and the stale policy (`train.rl_inputs.tis_weights`).
-
-The carry is run-companion state (`train.companions`, 'april'): checkpointed in the RL phase's
-meta (`Carry.state()`, JSON: ints and float32 log-probs, which round-trip exactly), so a resumed
-run continues the same partial rows. The planner draws the O - C fresh prompts
-(`planner.draw_prompts`); `launch_requests` puts the carried groups first.
+In: the run's `Carry` (companion 'april') and O = `launch_groups` groups of G rows to launch,
+the carried groups first (FIFO), then fresh prompts (`plan`). Out (`april_engine`): the first
+B = `prompts_per_step` complete groups in launch order, with every token's `policy_version`
+(the RL step whose parameters drew it; -1 off the mask); the other O − B groups replace the
+carry in place (with `partial.recycle_finished=False` the surplus complete ones are dropped).
+Invariants: the carry holds whole groups; it round-trips exactly through the checkpoint meta
+(`Carry.state()`, JSON); `rl.tis_cap` C > 0 weights the off-policy tokens
+(`train.rl_inputs.tis_weights`). docs/methods.md describes the method.
 """
 
 from __future__ import annotations
@@ -36,12 +18,14 @@ import dataclasses
 import numpy as np
 
 from rl_jax import parallel
-from rl_jax.rollout.engines import ENGINES, RoundKeys, Served, score
+from rl_jax.rollout import engines, planner
+from rl_jax.rollout.engines import RoundKeys, Served
 from rl_jax.rollout.requests import Requests, StepContext
 from rl_jax.sampling import partial
 
 
 def enabled(config) -> bool:
+  """APRIL serves round 0: `config.rl.partial.enabled`."""
   return "partial" in config.rl and bool(config.rl.partial.enabled)
 
 
@@ -133,11 +117,26 @@ def launch_requests(carry: Carry, fresh, group_size: int) -> Requests:
   return Requests.of_group_size(launch_ids(carry.prompt_ids, fresh), group_size)
 
 
-@ENGINES.register("april")
+def plan(ctx: StepContext, round_idx: int, rng: np.random.Generator) -> Requests:
+  """The O groups launched this step: the carried groups, then O − C fresh prompts drawn with
+  `rng` (`planner.draw_prompts`), G rows each."""
+  del round_idx
+  carry = ctx.companion("april", "config.rl.partial.enabled")
+  fresh = planner.draw_prompts(ctx.config, len(ctx.exp.train_prompts),
+                               launch_groups(ctx.config) - carry.num_groups, rng)
+  return launch_requests(carry, fresh, ctx.config.rl.group_size)
+
+
+def _example(config, batch):
+  """Every token's policy version [R, T] int32."""
+  return batch.replace(policy_version=np.zeros(np.shape(batch.tokens), np.int32))
+
+
+@engines.register("april", switch=enabled, plan=plan, example=_example, companion="april")
 def april_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
-  """One step's APRIL round over the launched groups (`launch_requests`): the first B complete
-  groups, with `policy_version`, scored; the run's carry (companion 'april') is replaced in place
-  by the groups left over."""
+  """One step's APRIL round over the launched groups (`plan`): the first B complete groups,
+  with `policy_version`; the run's carry (companion 'april') is replaced in place by the groups
+  left over."""
   exp, rl, step = ctx.exp, ctx.config.rl, ctx.step
   carry = ctx.companion("april", "config.rl.partial.enabled")
   b, g, t = rl.prompts_per_step, rl.group_size, exp.max_new_tokens
@@ -163,16 +162,14 @@ def april_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Serve
   by_group = lambda x, gs: x.reshape(o, g, *x.shape[1:])[gs].reshape(len(gs) * g, *x.shape[1:])
   carry.assign(Carry(ids[left], *(by_group(x, left) for x in (tokens, mask, logp, version,
                                                                 done))))
-  served = Requests.of_group_size(ids[chosen], g)
-  sel = {k: by_group(x, chosen) for k, x in dict(tokens=tokens, mask=mask, logp=logp,
-                                                  policy_version=version).items()}
-  rewards, counts = score(exp, sel["tokens"], sel["mask"], served.row_prompts)
-  n_tok = max(int(sel["mask"].sum()), 1)
-  stale = sel["mask"] & (sel["policy_version"] < step)
-  extra = {"rollout_tokens": int(new.sum()), "april/resumed_groups": c,
-           "april/carried_groups": len(left), "april/dropped_groups": len(dropped),
-           "april/decode_steps": int(out.steps),
-           "april/offpolicy_token_frac": float(stale.sum() / n_tok),
-           "april/max_staleness": int((step - sel["policy_version"])[sel["mask"]].max(initial=0)),
-           **counts}
-  return Served(sel, np.asarray(rewards, np.float32), extra, served)
+  sel_tokens, sel_mask, sel_logp, sel_version = (by_group(x, chosen)
+                                                 for x in (tokens, mask, logp, version))
+  n_tok = max(int(sel_mask.sum()), 1)
+  stale = sel_mask & (sel_version < step)
+  return Served(sel_tokens, sel_mask, sel_logp, Requests.of_group_size(ids[chosen], g),
+                policy_version=sel_version, metrics={
+                    "rollout_tokens": int(new.sum()), "april/resumed_groups": c,
+                    "april/carried_groups": len(left), "april/dropped_groups": len(dropped),
+                    "april/decode_steps": int(out.steps),
+                    "april/offpolicy_token_frac": float(stale.sum() / n_tok),
+                    "april/max_staleness": int((step - sel_version)[sel_mask].max(initial=0))})

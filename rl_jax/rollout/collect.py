@@ -1,111 +1,91 @@
-"""One RL step's collection loop (docs/design.md §7): planner -> engine -> round rules -> batch.
+"""One RL step's collection (docs/design.md §7): planner -> engine -> scorer -> round rules ->
+batch, one typed `engines.Round` per generation round.
 
-`rollout(ctx)` is the RL phase's call: `collect(draw, config, ...)` with the fresh rounds of the
-planner and engine (`fresh_round`) and the extension rounds a rule asks for (`extend_round`).
-`collect` runs generation rounds into a `pool.Pool`:
+In: a `StepContext`. Out (`rollout`): the RL batch (`Rollout`), shaped rewards [R, K] float32 and
+host metrics. `rollout` runs rounds into a `pool.Pool`:
 
-* round 0 is `draw(0)`: the planner's prompts for the step, served by the engine;
+* round 0 is `fresh(ctx, 0)`: the prompts of the round-0 engine's planner (`Engine.plan`, else
+  `planner.plan`), served and scored (`engines.serve`);
 * after each round the active rules (`rules.active_rules`) may ask for a fresh round
-  (`draw(k)`) or for extra rows of prompts already in the pool (`extend(k, requests)`), up to
-  `config.rl.max_gen_rounds` rounds;
+  (`fresh(ctx, k)`) or for extra rows of prompts already in the pool (`extend(ctx, k,
+  requests)`, the extension engine), up to `config.rl.max_gen_rounds` rounds;
 * the batch is assembled from the selected slots in the config's layout (`pool.assemble`).
 
-`draw(k)` and `extend(k, requests)` return `(rollout, raw rewards [R, K])`, optionally with host
-metrics and the prompt ids of the round's requests: `(rollout, rewards, extra, prompt_ids)`, so
-each box can be tested with a fake engine. `rollout.group` is the row's request index within the
-round; rows with valid=False are padding.
-
-Rewards are the `config.rl.rewards` components [R, K]; overlong shaping (`overlong_buffer`
-L_cache > 0, docs/algorithms.md §2.2) adds the DAPO soft punishment to the first component.
-`rollout_tokens` counts the tokens decoded to make the batch (a fork's shared prefix once),
-`batch_tokens` the completion tokens in it. Every round's valid rows are recorded in the history
-(when given): per slot, attempts and successes (first raw reward component >
-`config.rl.success_threshold`), at policy step `step`.
-
-Random streams (`seeds.PHASE_TAGS`): round 0 uses the RL phase's stream ('rl'), fresh rounds
->= 1 'rl_round', extension rounds 'rl_extend'; each depends only on (seed, step, round), so a
-resumed run collects what an uninterrupted one does. Round 0 draws exactly what a run without
-round rules draws.
+Invariants: overlong shaping (`rl.overlong_buffer` L_cache > 0, docs/algorithms.md §2.2) adds
+the DAPO soft punishment to the first reward component; `rollout_tokens` counts the tokens
+decoded (a fork's shared prefix once), `batch_tokens` the completion tokens in the batch; every
+round's valid rows are recorded in `ctx.history` (when set): per slot, attempts and successes
+(first raw component > `rl.success_threshold`), at step `ctx.step`. Random streams
+(`seeds.PHASE_TAGS`): round 0 'rl', fresh rounds >= 1 'rl_round', extension rounds 'rl_extend',
+each a function of (seed, step, round) only, so a resumed run collects what an uninterrupted one
+does; round 0 draws exactly what a run without round rules draws.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
 from rl_jax import seeds
-from rl_jax.rollout import april, engines, planner
+from rl_jax.rollout import april  # noqa: F401  (registers the engine 'april')
+from rl_jax.rollout import engines, planner
 from rl_jax.rollout import pool as pool_lib
 from rl_jax.rollout import rules
+from rl_jax.rollout import requests as requests_lib
+from rl_jax.rollout.engines import Round
 from rl_jax.rollout.requests import Requests, StepContext
+from rl_jax.types import Rollout
 
-# Host counts that `collect` sums over generation rounds (rl_jax.rewards.contained).
+# Host counts that `rollout` sums over generation rounds (rl_jax.rewards.contained).
 COUNTS = ("reward/errors", "reward/timeouts", "reward/calls")
 
 
-def engine_name(config, round_idx: int) -> str:
-  """The engine of a fresh round: 'april' for round 0 with `rl.partial.enabled`, else the
-  rollout mode."""
-  return "april" if round_idx == 0 and april.enabled(config) else config.rl.rollout
-
-
-def fresh_round(ctx: StepContext, round_idx: int):
-  """Round `round_idx`'s fresh prompts, planned (`planner.plan`; APRIL: the carried groups then
-  fresh prompts) and served by the engine: (Rollout, raw rewards, host metrics, prompt ids)."""
-  exp, rl = ctx.exp, ctx.config.rl
+def fresh_round(ctx: StepContext, round_idx: int) -> Round:
+  """Round `round_idx`'s fresh prompts, planned by the round's engine entry
+  (`engines.fresh_engine`; its `plan`, else `planner.plan`) and served."""
+  exp = ctx.exp
   tag = seeds.RL if round_idx == 0 else seeds.RL_ROUND
   rng = (exp.host_rng(tag, ctx.step) if round_idx == 0
          else exp.host_rng(tag, ctx.step, round_idx))
   key = planner.round_key(exp, tag, ctx.step, round_idx)
-  name = engine_name(ctx.config, round_idx)
-  if name == "april":
-    carry = ctx.companion("april", "config.rl.partial.enabled")
-    fresh = planner.draw_prompts(ctx.config, len(exp.train_prompts),
-                                 april.launch_groups(ctx.config) - carry.num_groups, rng)
-    requests = april.launch_requests(carry, fresh, rl.group_size)
-  else:
-    requests = planner.plan(ctx, round_idx, rng)
-  return engines.serve(ctx, name, requests, engines.RoundKeys(key, rng))
+  name = engines.fresh_engine(ctx.config, round_idx)
+  plan = engines.ENGINES.get(name).plan or planner.plan
+  return engines.serve(ctx, name, plan(ctx, round_idx, rng), engines.RoundKeys(key, rng))
 
 
-def extend_round(ctx: StepContext, round_idx: int, requests: Requests):
-  """Extra rows for prompts already drawn (a round rule's request), from the iid engine in a
-  power-of-two row count at most R_max; key and randomness from (seed, 'rl_extend', step,
+def extend_round(ctx: StepContext, round_idx: int, requests: Requests) -> Round:
+  """Extra rows for prompts already drawn (a round rule's request), from the extension engine
+  in a power-of-two row count at most R_max (`engine_rows`); key from (seed, 'rl_extend', step,
   round)."""
-  tag = seeds.RL_EXTEND
-  key = planner.round_key(ctx.exp, tag, ctx.step, round_idx)
-  batch, rewards, extra, ids = engines.serve(ctx, "iid", requests, engines.RoundKeys(key))
-  extra.setdefault("engine_rows", engines.bucketed_rows(ctx.config, requests.total))
-  return batch, rewards, extra, ids
+  key = planner.round_key(ctx.exp, seeds.RL_EXTEND, ctx.step, round_idx)
+  out = engines.serve(ctx, engines.EXTENSION_ENGINE, requests, engines.RoundKeys(key))
+  out.metrics.setdefault("engine_rows", engines.bucketed_rows(ctx.config, requests.total))
+  return out
 
 
-def rollout(ctx: StepContext):
-  """The RL batch of step `ctx.step`: (Rollout, shaped rewards [R, K] float32, host metrics).
-  `ctx.history` receives every round's attempts and successes and feeds the allocator and the
-  round rules; the companions' state (APRIL's carry, ARRoL's head) is updated in place."""
-  batch, shaped, metrics = collect(
-      lambda k: fresh_round(ctx, k), ctx.config, extend=lambda k, req: extend_round(ctx, k, req),
-      history=ctx.history, step=ctx.step,
-      context={"exp": ctx.exp, "params": ctx.params, "companions": ctx.companions})
-  metrics.update(pool_lib.batch_metrics(batch, shaped, ctx.config))
-  return batch, shaped, metrics
+def example_batch(exp) -> Rollout:
+  """Zeros shaped like the config's RL batches (the jitted RL step's shardings), with the fields
+  the config's engines (`Engine.example`) and round rules (`RoundRule.example`) add; run
+  companions add theirs (`train.companions`)."""
+  config = exp.config
+  r = requests_lib.batch_rows(config)
+  p, t = exp.train_prompts.shape[1], exp.max_new_tokens
+  example = Rollout(prompt_tokens=np.zeros((r, p), np.int32), prompt_mask=np.zeros((r, p), bool),
+                    tokens=np.zeros((r, t), np.int32), mask=np.zeros((r, t), bool),
+                    logp=np.zeros((r, t), np.float32), group=np.zeros(r, np.int32),
+                    valid=np.zeros(r, bool))
+  return rules.example(config, engines.example(config, example))
 
 
-def _unpack(out):
-  out = tuple(out)
-  batch, r = out[0], out[1]
-  extra = out[2] if len(out) > 2 else {}
-  ids = out[3] if len(out) > 3 else None
-  return batch, np.asarray(r, np.float32), dict(extra), ids
-
-
-def collect(draw: Callable, config, *, extend: Optional[Callable] = None, history=None,
-            step: int = 0, context: Optional[dict] = None):
-  """Runs the rounds of one step; returns (rollout, shaped rewards [R, K], host metrics)."""
+def rollout(ctx: StepContext, fresh: Callable[[StepContext, int], Round] = fresh_round,
+            extend: Callable[[StepContext, int, Requests], Round] = extend_round):
+  """The RL batch of step `ctx.step`: (Rollout, shaped rewards [R, K] float32, host metrics with
+  the allocation metrics). `fresh` / `extend` serve a round (tests pass stubs); the companions'
+  state (APRIL's carry, ARRoL's head) is updated in place."""
+  config, history, step = ctx.config, ctx.history, ctx.step
   rl = config.rl
-  context = dict(context or {}, step=step, history=history)
-  active = rules.make_rules(config, context)
+  active = rules.make_rules(ctx)
   pool = pool_lib.Pool()
   counts = dict.fromkeys(COUNTS, 0)
   tokens, extra, saw_counts = 0, {}, False
@@ -113,13 +93,13 @@ def collect(draw: Callable, config, *, extend: Optional[Callable] = None, histor
   k = 0
   while True:
     if action is rules.FRESH:
-      batch, r, extra, ids = _unpack(draw(k))
-      slots = np.full(_num_requests(batch) if ids is None else len(ids), -1)
+      rnd = fresh(ctx, k)
+      ids = rnd.prompt_ids
+      slots = np.full(_num_requests(rnd.rollout) if ids is None else len(ids), -1)
     else:
-      if extend is None:
-        raise ValueError("a round rule asked for extra rows but collect() got no extend()")
-      batch, r, extra, ids = _unpack(extend(k, action))
+      rnd = extend(ctx, k, action)
       ids, slots = action.prompt_ids, action.slots
+    batch, r, extra = rnd.rollout, np.asarray(rnd.rewards, np.float32), dict(rnd.metrics)
     saw_counts |= any(name in extra for name in COUNTS)
     for name in COUNTS:  # Summed over the generation rounds.
       counts[name] += int(extra.get(name, 0))
@@ -160,6 +140,7 @@ def collect(draw: Callable, config, *, extend: Optional[Callable] = None, histor
   metrics["batch_tokens"] = int(np.asarray(batch.mask).sum())
   for name, col in zip(rl.rewards, raw.T):
     metrics[f"reward_{name}"] = float(col[valid].mean()) if valid.any() else 0.0
+  metrics.update(pool_lib.batch_metrics(batch, shaped, config))
   return batch, shaped, metrics
 
 

@@ -1,29 +1,19 @@
-"""Engines (docs/design.md §7): serve a round's `Requests` with a sampler, one adapter per mode.
+"""Engines (docs/design.md §7): a round's `Requests` -> one typed `Round` (rows, raw rewards).
 
-`ENGINES` maps `config.rl.rollout` (and 'april', `rollout.april`) to an adapter
-`engine(ctx, requests, keys: RoundKeys) -> Served`: the rows of every served request, prompt
-b's rows contiguous in request order, scored. A dense round is uniform requests (G rows each)
-and takes the same adapter as a ragged one; with every n_b = G_max = G the two are the same
-batch (a test).
+In: `serve(ctx, name, requests, keys)` runs the entry `ENGINES[name]`. Out: a `Round` whose
+`rollout` has prompt b's rows contiguous in the order of the served requests (`group` = request
+index, every row valid), `rewards` [n, K] float32 raw, `metrics` the host metrics.
 
-* 'iid': independent rows from the `config.sampling.engine` sampler (`iid_rows`): one grouped
-  call (`num_samples = n`) when every prompt asks for the same n and the call needs no padding,
-  else one row-wise call in a power-of-two row count (`requests.engine_rows`; padding rows are
-  decoded and dropped). The ragged layout reports that count as `engine_rows`.
-* 'latr': k_b = round(n_b·η(step)) rows from LATR trees (slot budget k_b of round(G_max·η),
-  η the piecewise-constant `rl.latr.mix_schedule`) and n_b − k_b independent rows, tree rows
-  first. `rollout_tokens` = LATR's live-row tokens + the independent rows' tokens.
-* 'eptree': EPTree forests of Lv = M·(1 + L·N·T) leaves per prompt; n_b of prompt b's leaves are
-  kept after scoring (`eptree.select_leaves`: one correct leaf when there is one), the tree
-  restricted to them. `rollout_tokens` counts the whole forest; `tree_kept_tokens` the distinct
-  tokens on the kept leaves' paths (what decoding only the kept subtree would cost).
-* 'treepo': TreePO's tree with a budget of n_b leaves in G_max slots; `rollout_tokens` counts
-  each shared prefix once. `rl.treepo.segment='newline'` cuts its segments at the tokenizer's
-  newline tokens (`newline_ids`), the task's step boundaries.
-* 'echo': an ECHO entropy-confidence tree of G leaves per prompt (uniform requests only).
-* 'arrol': ceil(oversample·G) rows per prompt pruned to G at a checkpoint by the run's online
-  quality head (the companion 'arrol', `value.quality_head.ArrolRun`), which then trains on the
-  survivors' outcomes; pruned rows never reach the batch (uniform requests only).
+One line, the same for every engine: entry.serve -> `Served` (tokens, mask, logp, the requests
+whose rows these are, optional tree / policy versions / companion features, engine metrics) ->
+`score` (once, every engine) -> entry.select (EPTree: keeps leaves by reward) -> the run
+companions' round hooks (`StepContext.on_round`, e.g. ARRoL's head training) -> `Round`.
+
+Each entry (`Engine`) declares what its method needs: whether it serves ragged requests and
+records a tree, the fields it adds to the RL batch (`example`), the run companion it reads, the
+config switch that makes it serve round 0 instead of `config.rl.rollout` (APRIL) and its own
+planner. The adapters' methods are described in docs/methods.md. Invariant: a dense round
+(uniform requests) and a ragged one with every n_b = G_max = G give the same batch (a test).
 
 Multi-host: the samplers run on the global mesh and every process gets their outputs
 (`parallel.to_host`); each process scores its own share of the rows (`score`) and the rewards
@@ -34,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import jax
 import numpy as np
@@ -46,34 +36,125 @@ from rl_jax.rollout import requests as requests_lib
 from rl_jax.rollout.requests import Requests, StepContext
 from rl_jax.sampling import arrol, echo, eptree, latr, treepo
 from rl_jax.sampling import engines as sampling_engines
-from rl_jax.types import Rollout
+from rl_jax.types import Rollout, Tree
 from rl_jax.value.prm import segments
 
 ENGINES = Registry("rollout engine")
 FIELDS = ("tokens", "mask", "logp")
-# Rollout modes that serve ragged requests; 'echo' and 'arrol' have a fixed number of rows per
-# prompt in their sampler and raise a named error (`rollout.checks`).
-RAGGED_ROLLOUTS = ("iid", "latr", "eptree", "treepo")
-# Ragged modes whose rollout records a tree (no extension rounds: those use the iid engine).
-RAGGED_TREES = ("eptree", "treepo")
-
-
-def rollout_modes() -> tuple[str, ...]:
-  """The values of `config.rl.rollout`: every engine but 'april' (APRIL is
-  `config.rl.partial.enabled` with rollout='iid')."""
-  return tuple(n for n in ENGINES.names() if n != "april")
 
 
 @dataclasses.dataclass
 class Served:
-  """An engine's answer: `fields` (tokens / mask / logp [n, T], optional `tree` and
-  `policy_version`), raw rewards [n, K], host metrics (`rollout_tokens` = tokens decoded), and
-  the requests whose rows these are (None: all requested rows, in order)."""
+  """An engine's rows before scoring: tokens / mask / logp [n, T], the requests whose rows these
+  are (prompt b's rows contiguous), and what some engines add: the tree, per-token policy
+  versions [n, T], features for the engine's companion (ARRoL: the quality head's inputs), the
+  row count of the sampler call (`engine_rows`, iid) and host metrics (`rollout_tokens` = tokens
+  decoded)."""
 
-  fields: dict
+  tokens: np.ndarray
+  mask: np.ndarray
+  logp: np.ndarray
+  requests: Requests
+  tree: Optional[Tree] = None
+  policy_version: Optional[np.ndarray] = None
+  features: Any = None
+  engine_rows: Optional[int] = None
+  metrics: dict = dataclasses.field(default_factory=dict)
+
+  def rows(self, keep: np.ndarray, requests: Requests, tree: Optional[Tree]) -> "Served":
+    """These rows restricted to `keep`, now the rows of `requests`."""
+    return dataclasses.replace(
+        self, tokens=self.tokens[keep], mask=self.mask[keep], logp=self.logp[keep],
+        requests=requests, tree=tree,
+        policy_version=None if self.policy_version is None else self.policy_version[keep])
+
+
+@dataclasses.dataclass
+class Round:
+  """One generation round, typed from the engine to the pool: `rollout` (group = request index;
+  rows with valid=False are padding), raw `rewards` [n, K] float32, host `metrics`, the prompt
+  ids of the round's requests (None: not named, e.g. a stub) and the engine's companion
+  `features` (None for most engines)."""
+
+  rollout: Rollout
   rewards: np.ndarray
-  extra: dict
-  requests: Optional[Requests] = None
+  metrics: dict = dataclasses.field(default_factory=dict)
+  prompt_ids: Optional[np.ndarray] = None
+  features: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+  """A registry entry: `serve(ctx, requests, keys) -> Served`, and what the method declares.
+
+  select: (ctx, served, rewards, requests, keys) -> (served, rewards), run after scoring (EPTree
+    keeps n_b leaves by reward); None keeps every row.
+  ragged: serves ragged requests (else G rows per prompt only, `uniform_only`).
+  tree: its rollouts record a tree.
+  example: (config, batch) -> batch with the fields its rollouts add (the jitted step's shapes).
+  companion: the run companion (`train.companions`) it reads, or None.
+  switch: config -> bool; when set, the engine is not a value of `config.rl.rollout` but serves
+    round 0 whenever switch(config) holds (APRIL: `rl.partial.enabled`).
+  plan: (ctx, round_idx, rng) -> Requests, its own planner (None: `planner.plan`).
+  """
+
+  serve: Callable
+  select: Optional[Callable] = None
+  ragged: bool = False
+  tree: bool = False
+  example: Optional[Callable] = None
+  companion: Optional[str] = None
+  switch: Optional[Callable] = None
+  plan: Optional[Callable] = None
+
+
+def register(name: str, **declared) -> Callable:
+  """Decorator: registers `serve` as engine `name` with the `Engine` fields `declared`."""
+
+  def deco(serve):
+    ENGINES.register(name)(Engine(serve, **declared))
+    return serve
+
+  return deco
+
+
+def rollout_modes() -> tuple[str, ...]:
+  """The values of `config.rl.rollout`: every engine that no config switch turns on."""
+  return tuple(n for n in ENGINES.names() if ENGINES.get(n).switch is None)
+
+
+def ragged_modes() -> tuple[str, ...]:
+  """Rollout modes that serve ragged requests (the others raise a named error, `uniform_only`)."""
+  return tuple(n for n, e in ENGINES.entries() if e.switch is None and e.ragged)
+
+
+def tree_modes() -> tuple[str, ...]:
+  """Ragged modes whose rollout records a tree (extension rounds, iid, cannot join it)."""
+  return tuple(n for n in ragged_modes() if ENGINES.get(n).tree)
+
+
+def fresh_engine(config, round_idx: int) -> str:
+  """The engine of fresh round `round_idx`: in round 0 the first engine whose switch the config
+  turns on (APRIL), else `config.rl.rollout`."""
+  if round_idx == 0:
+    for name, entry in ENGINES.entries():
+      if entry.switch is not None and entry.switch(config):
+        return name
+  return config.rl.rollout
+
+
+def engines_of(config) -> tuple[Engine, ...]:
+  """The entries a config's fresh rounds use: `config.rl.rollout`'s and any switched on."""
+  on = [e for _, e in ENGINES.entries() if e.switch is not None and e.switch(config)]
+  return (ENGINES.get(config.rl.rollout), *on)
+
+
+def example(config, batch: Rollout) -> Rollout:
+  """`batch` with the fields the config's engines add (`Engine.example`)."""
+  for entry in engines_of(config):
+    if entry.example is not None:
+      batch = entry.example(config, batch)
+  return batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,20 +167,31 @@ class RoundKeys:
   rng: Optional[np.random.Generator] = None
 
 
-def serve(ctx: StepContext, name: str, requests: Requests, keys: RoundKeys):
-  """Runs engine `name` on `requests`: (Rollout with group = request index and every row valid,
-  raw rewards [n, K], host metrics, prompt ids of the served requests)."""
-  out = ENGINES.get(name)(ctx, requests, keys)
-  req = requests if out.requests is None else out.requests
-  exp, rows = ctx.exp, req.row_prompts
-  f = out.fields
-  batch = Rollout(prompt_tokens=exp.train_prompts[rows], prompt_mask=exp.train_prompt_mask[rows],
-                  tokens=np.asarray(f["tokens"]), mask=np.asarray(f["mask"]),
-                  logp=np.asarray(f["logp"]),
-                  group=np.repeat(np.arange(len(req.counts)), req.counts).astype(np.int32),
-                  valid=np.ones(len(rows), bool), tree=f.get("tree"),
-                  **({"policy_version": f["policy_version"]} if "policy_version" in f else {}))
-  return batch, np.asarray(out.rewards, np.float32), out.extra, req.prompt_ids
+def serve(ctx: StepContext, name: str, requests: Requests, keys: RoundKeys) -> Round:
+  """Engine `name` on `requests`, scored once, then the companions' round hooks: a `Round`.
+
+  Metrics: the engine's, the hooks', the scorer's counts, then `engine_rows` (ragged layout)."""
+  entry = ENGINES.get(name)
+  served = entry.serve(ctx, requests, keys)
+  rewards, counts = score(ctx.exp, served.tokens, served.mask, served.requests.row_prompts)
+  if entry.select is not None:
+    served, rewards = entry.select(ctx, served, rewards, requests, keys)
+  req, exp = served.requests, ctx.exp
+  rows = req.row_prompts
+  extra = {} if served.policy_version is None else {"policy_version": served.policy_version}
+  rollout = Rollout(prompt_tokens=exp.train_prompts[rows], prompt_mask=exp.train_prompt_mask[rows],
+                    tokens=np.asarray(served.tokens), mask=np.asarray(served.mask),
+                    logp=np.asarray(served.logp),
+                    group=np.repeat(np.arange(len(req.counts)), req.counts).astype(np.int32),
+                    valid=np.ones(len(rows), bool), tree=served.tree, **extra)
+  out = Round(rollout, np.asarray(rewards, np.float32), dict(served.metrics), req.prompt_ids,
+              served.features)
+  for hook in ctx.on_round:
+    out.metrics.update(hook(ctx, out))
+  out.metrics.update(counts)
+  if served.engine_rows is not None and requests_lib.is_ragged(ctx.config):
+    out.metrics["engine_rows"] = served.engine_rows
+  return out
 
 
 def score(exp, tokens, mask, example_ids) -> tuple[np.ndarray, dict]:
@@ -173,31 +265,43 @@ def kept_tokens(tree, mask, group) -> int:
   return total
 
 
-def _uniform_only(name: str, requests: Requests, group_size: int) -> None:
+def uniform_only(name: str, requests: Requests, group_size: int) -> None:
+  """Raises ValueError unless every request asks for G = `group_size` rows."""
   if not (requests.uniform and requests.counts[0] == group_size):
     raise ValueError(f"rollout={name!r} serves G={group_size} rows per prompt; got requests for "
                      f"{requests.counts.tolist()} rows (ragged groups are not supported)")
 
 
+@functools.lru_cache(maxsize=4)
+def newline_ids(tokenizer) -> tuple[int, ...]:
+  """Every token id whose text holds a newline (`value.prm.segments.delimiter_ids`; read once
+  per tokenizer)."""
+  return segments.delimiter_ids(tokenizer, "\n")
+
+
 # ---------------------------------------------------------------------------- the adapters
+# Each: serve(ctx, requests, keys) -> Served, unscored (docs/methods.md describes the methods).
 
 
-@ENGINES.register("iid")
+@register("iid", ragged=True)
 def iid_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
-  """Independent rows (`iid_rows`); the ragged layout reports the call's row count."""
+  """Independent rows (`iid_rows`) in one call of `bucketed_rows` rows (reported as
+  `engine_rows` in the ragged layout)."""
   rows = bucketed_rows(ctx.config, requests.total)
-  fields = iid_rows(ctx, requests.prompt_ids, requests.counts, keys.key, rows)
-  rewards, counts = score(ctx.exp, fields["tokens"], fields["mask"], requests.row_prompts)
-  extra = {"rollout_tokens": int(fields["mask"].sum()), **counts}
-  if requests_lib.is_ragged(ctx.config):
-    extra["engine_rows"] = rows
-  return Served(fields, rewards, extra)
+  f = iid_rows(ctx, requests.prompt_ids, requests.counts, keys.key, rows)
+  return Served(f["tokens"], f["mask"], f["logp"], requests, engine_rows=rows,
+                metrics={"rollout_tokens": int(f["mask"].sum())})
 
 
-@ENGINES.register("latr")
+# Extension rounds (a round rule's extra rows for prompts already drawn) use this engine.
+EXTENSION_ENGINE = "iid"
+
+
+@register("latr", ragged=True)
 def latr_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
-  """k_b = round(n_b·η) LATR tree rows (slot budget k_b of round(G_max·η)) + n_b − k_b
-  independent rows per prompt (tree rows first)."""
+  """k_b = round(n_b·η) LATR tree rows (slot budget k_b of round(G_max·η), η from
+  `rl.latr.mix_schedule`) + n_b − k_b independent rows per prompt, tree rows first.
+  `rollout_tokens` = LATR's live-row tokens + the independent rows' tokens."""
   exp, ids, counts = ctx.exp, requests.prompt_ids, requests.counts
   eta = mix_ratio(ctx.config.rl.latr.mix_schedule, ctx.step)
   slots = int(round(requests_lib.max_group_size(ctx.config) * eta))
@@ -229,40 +333,51 @@ def latr_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served
   order = np.concatenate([np.concatenate([tree_start[b] + np.arange(k[b]),
                                           iid_start[b] + np.arange(m[b])])
                           for b in range(len(ids))]).astype(np.int64)
-  fields = {name: np.concatenate([blk[name] for blk in blocks])[order] for name in FIELDS}
-  rewards, host = score(exp, fields["tokens"], fields["mask"], requests.row_prompts)
-  extra.update(rollout_tokens=decoded, **host)
-  return Served(fields, rewards, extra)
+  f = {name: np.concatenate([blk[name] for blk in blocks])[order] for name in FIELDS}
+  extra["rollout_tokens"] = decoded
+  return Served(f["tokens"], f["mask"], f["logp"], requests, metrics=extra)
 
 
-@ENGINES.register("eptree")
+def _eptree_example(config, batch: Rollout) -> Rollout:
+  """The EPTree tree: parent/depth [B, N], leaf_node [R, N], node_of [R, T]."""
+  n = eptree.EPTreeOptions.from_config(config).max_nodes
+  b, (r, t) = config.rl.prompts_per_step, np.shape(batch.tokens)
+  return batch.replace(tree=Tree(
+      parent=np.zeros((b, n), np.int32), depth=np.zeros((b, n), np.int32),
+      leaf_node=np.zeros((r, n), bool), node_of=np.zeros((r, t), np.int32)))
+
+
+def _eptree_select(ctx: StepContext, served: Served, rewards, requests: Requests,
+                   keys: RoundKeys):
+  """Keeps n_b of prompt b's Lv scored leaves (`eptree.select_leaves`, drawing with `keys.rng`),
+  the tree restricted to them; reports `tree_kept_tokens`."""
+  leaves = eptree.EPTreeOptions.from_config(ctx.config).leaves
+  keep = eptree.select_leaves(rewards[:, 0], leaves, requests.counts, keys.rng)
+  out = served.rows(keep, requests, eptree.restrict(served.tree, keep))
+  group = np.repeat(np.arange(len(requests.prompt_ids)), requests.counts)
+  out.metrics = dict(served.metrics, tree_kept_tokens=kept_tokens(out.tree, out.mask, group))
+  return out, rewards[keep]
+
+
+@register("eptree", ragged=True, tree=True, select=_eptree_select, example=_eptree_example)
 def eptree_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
-  """EPTree forests of Lv leaves per prompt; n_b of prompt b's leaves kept (`select_leaves`)."""
-  exp, ids, counts = ctx.exp, requests.prompt_ids, requests.counts
+  """EPTree forests of Lv = M·(1 + L·N·T) leaves per prompt, every leaf served (scored, then
+  `_eptree_select` keeps n_b). `rollout_tokens` counts the whole forest."""
+  exp, ids = ctx.exp, requests.prompt_ids
   opts = eptree.EPTreeOptions.from_config(ctx.config)
   out = parallel.to_host(eptree.eptree_rollout(
       ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], keys.key, options=opts,
       **exp.sampler_kwargs()))
-  all_rewards, host = score(exp, out.tokens, out.mask, np.repeat(ids, opts.leaves))
-  keep = eptree.select_leaves(all_rewards[:, 0], opts.leaves, counts, keys.rng)
-  tree = eptree.restrict(out.tree, keep)
-  fields = dict(tokens=out.tokens[keep], mask=out.mask[keep], logp=out.logp[keep], tree=tree)
-  group = np.repeat(np.arange(len(ids)), counts)
-  return Served(fields, all_rewards[keep], {
-      "rollout_tokens": out.decode_tokens, "tree_leaves": opts.leaves,
-      "tree_kept_tokens": kept_tokens(tree, fields["mask"], group), **host})
+  forest = Requests.of_group_size(ids, opts.leaves)
+  return Served(out.tokens, out.mask, out.logp, forest, tree=out.tree, metrics={
+      "rollout_tokens": out.decode_tokens, "tree_leaves": opts.leaves})
 
 
-@functools.lru_cache(maxsize=4)
-def newline_ids(tokenizer) -> tuple[int, ...]:
-  """Every token id whose text holds a newline (`value.prm.segments.delimiter_ids`; read once
-  per tokenizer)."""
-  return segments.delimiter_ids(tokenizer, "\n")
-
-
-@ENGINES.register("treepo")
+@register("treepo", ragged=True, tree=True)
 def treepo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
-  """A TreePO tree with a budget of n_b leaves per prompt in G_max slots."""
+  """A TreePO tree with a budget of n_b leaves per prompt in G_max slots; `rollout_tokens`
+  counts each shared prefix once; `rl.treepo.segment='newline'` cuts segments at
+  `newline_ids`."""
   exp, ids, counts = ctx.exp, requests.prompt_ids, requests.counts
   gm = requests_lib.max_group_size(ctx.config)
   lines = ctx.config.rl.treepo.segment == "newline"
@@ -271,49 +386,50 @@ def treepo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Serv
                               keys.key, options=opts, group=gm, budgets=counts,
                               **exp.sampler_kwargs())
   keep = requests_lib.block_rows(counts, gm)
-  fields = dict(tokens=out.tokens[keep], mask=out.mask[keep], logp=out.logp[keep],
-                tree=eptree.restrict(out.tree, keep))
-  rewards, host = score(exp, fields["tokens"], fields["mask"], requests.row_prompts)
-  return Served(fields, rewards, {
-      "rollout_tokens": out.decode_tokens, "tree_filled_rows": int(out.filled[keep].sum()),
-      "tree_forks": out.num_forks,
-      "tree_fork_prefix_mean": out.fork_prefix_tokens / max(out.num_forks, 1), **host})
+  return Served(out.tokens[keep], out.mask[keep], out.logp[keep], requests,
+                tree=eptree.restrict(out.tree, keep), metrics={
+                    "rollout_tokens": out.decode_tokens,
+                    "tree_filled_rows": int(out.filled[keep].sum()),
+                    "tree_forks": out.num_forks,
+                    "tree_fork_prefix_mean": out.fork_prefix_tokens / max(out.num_forks, 1)})
 
 
-@ENGINES.register("echo")
+@register("echo", tree=True)
 def echo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
-  """An ECHO tree of G leaves per prompt, recorded for the tree advantages."""
+  """An ECHO tree of G leaves per prompt (uniform requests only), recorded for the tree
+  advantages."""
   exp, ids, g = ctx.exp, requests.prompt_ids, ctx.config.rl.group_size
-  _uniform_only("echo", requests, g)
+  uniform_only(ctx.config.rl.rollout, requests, g)
   out = parallel.to_host(echo.echo_generate(
       ctx.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], keys.key,
       options=echo.EchoOptions.from_config(ctx.config), num_slots=g, **exp.sampler_kwargs()))
-  rewards, counts = score(exp, out.tokens, out.mask, requests.row_prompts)
-  fields = dict(tokens=np.asarray(out.tokens), mask=np.asarray(out.mask),
-                logp=np.asarray(out.logp), tree=echo.to_tree(out))
-  return Served(fields, rewards, {"rollout_tokens": int(out.decode_tokens),
-                                  "tree_forks": int(out.num_children),
-                                  "tree_branch_events": int(out.num_branch_events),
-                                  "tree_pruned": int(out.num_pruned), **counts})
+  return Served(np.asarray(out.tokens), np.asarray(out.mask), np.asarray(out.logp), requests,
+                tree=echo.to_tree(out), metrics={
+                    "rollout_tokens": int(out.decode_tokens), "tree_forks": int(out.num_children),
+                    "tree_branch_events": int(out.num_branch_events),
+                    "tree_pruned": int(out.num_pruned)})
 
 
-@ENGINES.register("arrol")
+@register("arrol", companion="arrol")
 def arrol_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
-  """ARRoL: N0 rows per prompt, pruned to G at the checkpoint by the run's quality head, which
-  then trains on the survivors' outcomes. The batch holds the G survivors only."""
+  """ceil(oversample·G) rows per prompt pruned to G at the checkpoint by the run's quality head
+  (companion 'arrol'; uniform requests only); only the G survivors are served, with the head's
+  `features` (its companion trains on them after scoring)."""
   exp, ids, g = ctx.exp, requests.prompt_ids, ctx.config.rl.group_size
-  _uniform_only("arrol", requests, g)
+  uniform_only(ctx.config.rl.rollout, requests, g)
   run = ctx.companion("arrol", "rollout='arrol'")
   out = parallel.to_host(arrol.arrol_generate(
       ctx.params, run.head.params, exp.train_prompts[ids], exp.train_prompt_mask[ids], keys.key,
       options=run.options, **exp.sampler_kwargs()))
   s = out.samples
-  rewards, counts = score(exp, s.tokens, s.mask, requests.row_prompts)
-  head_metrics = run.observe(out.features, rewards)
   pruned = len(ids) * (run.options.oversample - g)
-  return Served(dict(tokens=s.tokens, mask=s.mask, logp=s.logp), rewards, {
+  return Served(s.tokens, s.mask, s.logp, requests, features=out.features, metrics={
       "rollout_tokens": int(np.asarray(s.mask).sum()) + int(out.pruned_tokens),
       "arrol/rows_pruned": pruned, "arrol/rows_stopped": int(out.pruned_live),
       "arrol/tokens_saved": int(out.saved_slot_steps),
-      "arrol/pruned_tokens": int(out.pruned_tokens), "arrol/slot_steps": int(out.slot_steps),
-      **head_metrics, **counts})
+      "arrol/pruned_tokens": int(out.pruned_tokens), "arrol/slot_steps": int(out.slot_steps)})
+
+
+# Compatibility names read by the config checks (rollout/checks.py).
+RAGGED_ROLLOUTS = ragged_modes()
+RAGGED_TREES = tree_modes()

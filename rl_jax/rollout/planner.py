@@ -1,23 +1,15 @@
-"""The planner (docs/design.md §7): which prompts a round samples, and how many rows each gets.
+"""The planner (docs/design.md §7): which prompts a fresh round samples, and how many rows each.
 
-A fresh round draws its prompts with the round's host generator (from every train problem, or
-from the `rl.prompt_pool`, or the next batch of the grain stream), asks the allocator
-(`config.rl.allocator`, registry `rl_jax.rl.allocation.ALLOCATORS`; 'uniform' = G rows each) for
-the rows of each, and returns the `Requests` the engine serves.
+In: a `StepContext`, the round index and its host generator. Out (`plan`): the round's
+`Requests`: prompts drawn with the generator (from every train problem, or the `rl.prompt_pool`,
+or the next batch of the grain stream), G rows each in the dense layout, the allocator's counts
+(`config.rl.allocator`, registry `rl_jax.rl.allocation.ALLOCATORS`) in the ragged one.
 
-The proving-ground pitfall, and what is done about it: the RL phase draws fresh prompts from a
-large train set, so a prompt's history is almost always empty and a history-only allocator has
-nothing to act on. Two remedies, both options:
-
-* `rl.allocation.probe = m` (two-stage, in-step; DARS's own design): every prompt first gets m
-  rows; their outcomes join the prompt's history, and the allocator splits the rest of the budget
-  with them (the round rule 'allocation_probe', `rollout.rules`).
-* `rl.prompt_pool = N`: the RL phase draws from a fixed random N of the train problems, so prompts
-  repeat like epochs and history-based allocators (and VADE/InSight selection) see their past.
-  It changes the training distribution, so uniform baselines must use the same pool.
-
-Every random stream here is stateless (seed, step, round), and a stateful allocator's state is
-replayed from the checkpointed history, so a resumed run plans exactly as an uninterrupted one.
+Invariants: every random stream is a function of (seed, step, round) only and a stateful
+allocator's state is replayed from the checkpointed history, so a resumed run plans exactly as
+an uninterrupted one. `rl.allocation.probe = m` gives every prompt m rows first and lets the
+allocator split the rest with their outcomes (round rule 'allocation_probe'); `rl.prompt_pool =
+N` makes prompts repeat so history-based allocators see their past (docs/methods.md).
 """
 
 from __future__ import annotations
@@ -73,8 +65,6 @@ def num_candidates(config, allocator: alloc_lib.Allocator) -> int:
 
 def candidate_count(config) -> int:
   """Prompts round 0 draws: prompts_per_step, or more for data-selection allocators."""
-  if config.rl.allocator == "uniform":
-    return config.rl.prompts_per_step
   return num_candidates(config, allocator_from_config(config))
 
 
@@ -203,17 +193,24 @@ def allocate(config, cand: Candidates, round_idx: int = 0) -> np.ndarray:
   """Rows per candidate prompt [C] (0 = not in the batch) from `config.rl.allocator` with the
   budget B·G (the uniform batch's rows) and the options `config.rl.allocation.<name>`.
 
-  'uniform' is G each; any other allocator runs through `StepAllocator.first` (history
-  statistics, `p_hat` from the predictions, a two-stage probe when `allocation.probe` > 0). The
-  counts are checked against the batch: n_b <= G_max and sum <= R_max.
+  An allocator that declares `reads_history = False` (uniform: G each) runs on the budget
+  alone; any other runs through `StepAllocator.first` (history statistics, `p_hat` from the
+  predictions, a two-stage probe when `allocation.probe` > 0). The counts are checked against
+  the batch: n_b <= G_max and sum <= R_max.
   """
   rl = config.rl
   c = len(cand.prompt_ids)
-  if rl.allocator == "uniform":
-    return np.full(c, rl.group_size, np.int64)
-  counts = np.asarray(StepAllocator(config).first(
-      cand.step, cand.prompt_ids, cand.history, alloc_rng(config, cand.step, round_idx),
-      cand.predictions.get("p_hat")), np.int64)
+  rng = alloc_rng(config, cand.step, round_idx)
+  allocator = allocator_from_config(config)
+  if not allocator.reads_history:
+    none = np.zeros(c, np.int64)
+    stats = alloc_lib.PromptStats(cand.prompt_ids, none, none, None, cand.step)
+    counts = alloc_lib.run(allocator, stats, budget_from_config(config),
+                           allocator.init_state(), rng).counts
+  else:
+    counts = StepAllocator(config).first(cand.step, cand.prompt_ids, cand.history, rng,
+                                         cand.predictions.get("p_hat"))
+  counts = np.asarray(counts, np.int64)
   g_max, r_max = requests_lib.max_group_size(config), requests_lib.batch_rows(config)
   if counts.shape != (c,) or (counts < 0).any() or (counts > g_max).any() or counts.sum() > r_max:
     raise ValueError(f"allocator {rl.allocator!r} returned counts {counts.tolist()}; expected "
@@ -240,7 +237,8 @@ def uniform_prompt_order(exp, num_steps: int) -> list[np.ndarray]:
   (round 0's `plan`): what another system must be fed to train on the same prompts in the same
   order (benchmarks/learn_parity.py)."""
   config = exp.config
-  if config.rl.allocator != "uniform" or requests_lib.is_ragged(config) or exp.train_source:
+  if (allocator_from_config(config).reads_history or requests_lib.is_ragged(config)
+      or exp.train_source):
     raise ValueError("uniform_prompt_order needs rl.allocator='uniform', dense groups and "
                      "data.source='memory'")
   return [draw_prompts(config, len(exp.train_prompts), config.rl.prompts_per_step,

@@ -1,15 +1,13 @@
-"""The pool of a step's rows (docs/design.md §7): every round's rows by slot, and the batch
-assembled from the chosen slots in the config's layout (trees packed with their rows).
+"""The pool of a step's rows (docs/design.md §7) and the batch assembled from it.
 
-A slot is one prompt's group: the rows of one request of a fresh round, plus any extra rows a
-round rule asked for later. `assemble` packs the chosen slots into the batch: dense (B groups of
-G rows; one round whose B slots are the batch in order is returned as drawn, so a tree rollout
-keeps its tree) or ragged (R_max rows, segment id + valid; a tree rollout's tree is packed with
-its rows by `assemble_tree`: parent/depth per group, leaf_node/node_of per row).
-
-`example_batch` is a zero batch of the config's shapes and fields (the jitted RL step's
-shardings). Also here: the DAPO overlong shaping of a round's rewards (docs/algorithms.md §2.2),
-the informative test of a group, and the allocation metrics of an assembled batch.
+In: every round's host `Rollout` with its shaped and raw rewards (`Pool.add`), rows joining
+slots (a slot = one prompt's group: a fresh request's rows plus any extra rows asked later).
+Out (`assemble`): the chosen slots in the config's layout: dense (B groups of G rows; one round
+whose B slots are the batch in order is returned as drawn, tree and all) or ragged (R_max rows,
+group id + valid; a tree rollout's tree packed with its rows by `assemble_tree`). Invariants:
+padding rows are invalid, masked out and carry reward 0; the batch's shapes come from the
+config only. Also here: the DAPO overlong shaping (docs/algorithms.md §2.2), the informative
+test of a group and the allocation metrics of an assembled batch.
 """
 
 from __future__ import annotations
@@ -22,9 +20,7 @@ import numpy as np
 
 from rl_jax.rl import losses
 from rl_jax.rollout import requests as requests_lib
-from rl_jax.rollout import april
-from rl_jax.sampling import eptree
-from rl_jax.types import Rollout, Tree
+from rl_jax.types import Tree
 
 
 @dataclasses.dataclass
@@ -235,28 +231,3 @@ def batch_metrics(batch, shaped: np.ndarray, config) -> dict:
   counts = np.bincount(group[valid], minlength=b)[:b]
   groups = [scalar[valid & (group == i)] for i in range(b)]
   return allocation_metrics(counts, groups)
-
-
-def example_batch(exp) -> Rollout:
-  """Zeros shaped like the config's RL batches, with the fields its rollouts carry: V0.5's
-  per-row prior (advantage='v05'), the EPTree tree (rollout='eptree') and APRIL's per-token
-  policy versions (config.rl.partial). Run companions add theirs (`train.companions`)."""
-  config = exp.config
-  rl = config.rl
-  r = requests_lib.batch_rows(config)
-  p, t = exp.train_prompts.shape[1], exp.max_new_tokens
-  example = Rollout(prompt_tokens=np.zeros((r, p), np.int32), prompt_mask=np.zeros((r, p), bool),
-                    tokens=np.zeros((r, t), np.int32), mask=np.zeros((r, t), bool),
-                    logp=np.zeros((r, t), np.float32), group=np.zeros(r, np.int32),
-                    valid=np.zeros(r, bool))
-  if rl.advantage == "v05":  # (p0, w) per row (rules.V05Extra)
-    example = example.replace(prior=np.zeros((r, 2), np.float32))
-  if rl.rollout == "eptree":  # the tree, for the tree advantages
-    n = eptree.EPTreeOptions.from_config(config).max_nodes
-    b = rl.prompts_per_step
-    example = example.replace(tree=Tree(
-        parent=np.zeros((b, n), np.int32), depth=np.zeros((b, n), np.int32),
-        leaf_node=np.zeros((r, n), bool), node_of=np.zeros((r, t), np.int32)))
-  if april.enabled(config):  # every token's policy version
-    example = example.replace(policy_version=np.zeros((r, t), np.int32))
-  return example

@@ -1,31 +1,30 @@
-"""What a generation round asks for, and the batch layout it lands in (docs/design.md §7).
+"""What a generation round asks for, the batch layout it lands in, and what a step reads
+(docs/design.md §7).
 
-A round's work is a `Requests`: prompt ids [B] and the rows wanted of each, counts n_b [B]. The
-engine serves it with prompt b's rows contiguous, in request order; row r carries `group[r]` = its
-request index and `valid[r]`; padding rows (valid=False, group = B, the dump segment of
-docs/algorithms.md §0 pattern 2) are never scored (reward 0) and their masks are cleared.
+`Requests`: prompt ids [B] and the rows wanted of each, counts n_b [B] (and, for extra rows of
+prompts already drawn, their batch slots). Invariant of every engine: prompt b's rows are
+contiguous, in request order; row r carries `group[r]` = its request index and `valid[r]`;
+padding rows (valid=False, group = B, docs/algorithms.md §0 pattern 2) are never scored (reward
+0) and their masks are cleared.
 
-Layouts of the RL batch:
+Layouts of the RL batch: dense (`rl.max_group_size = 0`): exactly G = `group_size` rows per
+prompt, R = B·G, prompt b at rows b·G..b·G+G-1; ragged (`max_group_size = G_max > 0`): R_max =
+`rl.rows` (0 = B·G) rows, n_b <= G_max per prompt. R_max and G_max come from the config, never
+from the data.
 
-* dense (`config.rl.max_group_size = 0`, the default): every prompt has exactly G =
-  `group_size` rows, R = B·G, rows of prompt b at b·G..b·G+G-1. A dense round is uniform
-  requests (G rows each), served by the same engine adapters as a ragged one.
-* ragged (`max_group_size = G_max > 0`): R_max = `config.rl.rows` (0 = B·G) rows, prompt b has
-  n_b <= G_max of them; the advantage path scatters rows into [B, G_max] + valid
-  (`train.rl_inputs.advantages`). R_max and G_max come from the config, never from the data.
-
-`StepContext` is what one step's collection reads: the run, the sampler's parameters, the step,
-the prompt stream, the rollout history (by default the companion 'history') and the run
-companions' state (`train.companions`) by name, e.g. APRIL's carry ('april') or ARRoL's quality
-head ('arrol').
+`StepContext` (one RL step's input to `rollout.collect.rollout`, shared by the planner, the
+engines and the round rules, so it sits here, below all of them): the run, the sampler's
+parameters, the step, the prompt stream, the rollout history (default: the companion
+'history'), the run companions' state by name and their round hooks.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
+
 
 @dataclasses.dataclass(frozen=True)
 class Requests:
@@ -72,7 +71,14 @@ class Requests:
 
 @dataclasses.dataclass
 class StepContext:
-  """What one RL step's collection reads (see the module docstring)."""
+  """What one RL step's collection reads.
+
+  exp: the run (`experiment.Experiment`; `config` is `exp.config`); params: the sampler's
+  parameters; step: the RL step; stream: the grain prompt stream or None; history: the rollout
+  history (None: the companion 'history', if any); companions: the run companions' state by name
+  (`train.companions.rollout_state`); on_round: the companions' round hooks
+  `hook(ctx, round: engines.Round) -> host metrics`, called after every round is scored
+  (`train.companions.round_hooks`; e.g. ARRoL's head trains on the survivors)."""
 
   exp: Any
   params: Any
@@ -80,6 +86,7 @@ class StepContext:
   stream: Any = None
   history: Any = None
   companions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  on_round: Sequence[Callable] = ()
 
   def __post_init__(self):
     if self.history is None:  # The run's history is the companion 'history'.

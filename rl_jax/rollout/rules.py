@@ -1,21 +1,16 @@
 """Round rules: host-side rules run after every generation round of a step (docs/design.md §7).
 
-`collect.collect` runs planner -> engine -> rules: after each round every active rule looks at the
-`pool.Pool` (all rows drawn so far, grouped by slot = one prompt's group) and may ask for more:
+In: the step's `pool.Pool` after each round (all rows drawn so far, by slot = one prompt's
+group). Out of `after_round`: None, `FRESH` (another round of fresh prompts, new slots) or a
+`Requests` with `slots` set (extra rows for prompts already in the pool). When no rule asks for
+more (or `rl.max_gen_rounds` rounds have run), the first rule whose `select` returns a choice
+picks the batch's B slots (and which are kept); without one, the first B slots are the batch.
+After assembly each rule's `finish` may add fields to the batch (declared by its `example`).
 
-* `FRESH`: another round of fresh prompts drawn by the planner (new slots);
-* a `Requests` with `slots` set: extra rows for prompts already in the pool.
-
-When no rule asks for more (or `config.rl.max_gen_rounds` rounds have run), the first rule whose
-`select` returns a choice picks the batch's B slots (and which of them are kept, valid); without
-one, the first B slots are the batch.
-
-Rules are registered in `ROUND_RULES` as factories `make(config, context) -> rule`; `context` is
-a dict with what some rules need (`exp`, `params`, `step`, `history`; tests may pass a `prior`).
-After assembly each rule's `finish` may add fields to the batch. `active_rules(config)`
-lists the rules a config turns on: 'dapo_dynamic' with `rl.dynamic_sampling`, 'v05_extra' with
-`rl.advantage='v05'`, 'allocation_probe' with `rl.allocation.probe`
-> 0, and any names in `rl.round_rules`.
+Rules are registered in `ROUND_RULES` as classes (or factories) `make(ctx: StepContext) ->
+rule`; a rule that a config turns on by itself declares it (`wanted(config)`: 'dapo_dynamic'
+with `rl.dynamic_sampling`, 'v05_extra' when the advantage entry declares `per_row_prior`,
+'allocation_probe' with `rl.allocation.probe` > 0); `rl.round_rules` names more.
 """
 
 from __future__ import annotations
@@ -23,11 +18,12 @@ from __future__ import annotations
 import numpy as np
 
 from rl_jax.registry import Registry
+from rl_jax.rl import advantages
 from rl_jax.rl.advantages import v05
 from rl_jax.rollout import planner
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.rollout.pool import Pool
-from rl_jax.rollout.requests import Requests
+from rl_jax.rollout.requests import Requests, StepContext
 from rl_jax.value import priors
 from rl_jax.value.history import RolloutHistory
 
@@ -36,11 +32,12 @@ FRESH = "fresh"
 
 
 def active_rules(config) -> tuple[str, ...]:
+  """The rules the config turns on (`wanted`, in registration order), then `rl.round_rules`;
+  ValueError for an unknown name."""
   rl = config.rl
-  names = (("dapo_dynamic",) if rl.dynamic_sampling else ()) + (
-      ("v05_extra",) if rl.advantage == "v05" else ()) + (
-      ("allocation_probe",) if "allocation" in rl and rl.allocation.probe else ()) + tuple(
-          rl.round_rules)
+  names = tuple(n for n, make in ROUND_RULES.entries()
+                if getattr(make, "wanted", None) is not None and make.wanted(config))
+  names += tuple(rl.round_rules)
   for name in names:
     if name not in ROUND_RULES:
       raise ValueError(f"config.rl.round_rules names an unknown round rule {name!r}; expected "
@@ -48,12 +45,35 @@ def active_rules(config) -> tuple[str, ...]:
   return names
 
 
-def make_rules(config, context: dict) -> list:
-  return [ROUND_RULES.get(name)(config, context) for name in active_rules(config)]
+def make_rules(ctx: StepContext) -> list:
+  """The active rules of `ctx.config`, built for this step."""
+  return [ROUND_RULES.get(name)(ctx) for name in active_rules(ctx.config)]
+
+
+def example(config, batch):
+  """`batch` with the fields the config's active rules add (`RoundRule.example`)."""
+  for name in active_rules(config):
+    add = getattr(ROUND_RULES.get(name), "example", None)
+    if add is not None:
+      batch = add(config, batch)
+  return batch
 
 
 class RoundRule:
-  """Base: asks for nothing, selects nothing, reports no metrics."""
+  """Base: asks for nothing, selects nothing, adds no field, reports no metrics; turned on only
+  by name (`rl.round_rules`)."""
+
+  @classmethod
+  def wanted(cls, config) -> bool:
+    """Whether the config turns this rule on by itself."""
+    del config
+    return False
+
+  @classmethod
+  def example(cls, config, batch):
+    """`batch` (zeros of the RL batch's shapes) with the fields `finish` adds."""
+    del config
+    return batch
 
   def after_round(self, pool: Pool, round_idx: int):
     """None, `FRESH`, or a `Requests` with `slots` set (extra rows for those slots)."""
@@ -82,11 +102,14 @@ class DapoDynamic(RoundRule):
   `max_gen_rounds`). The batch: informative groups in round order, then dropped groups marked
   kept=False (loss weight 0)."""
 
-  def __init__(self, config, context):
-    del context
-    rl = config.rl
+  @classmethod
+  def wanted(cls, config):
+    return bool(config.rl.dynamic_sampling)
+
+  def __init__(self, ctx: StepContext):
+    rl = ctx.config.rl
     self.weights = tuple(rl.reward_weights)
-    self.multi = rl.advantage in ("gdpo", "gdpo_verl")
+    self.multi = advantages.declares(rl.advantage, "multi_reward")
     self.num = rl.prompts_per_step
     self.kept = 0
 
@@ -118,21 +141,28 @@ class V05Extra(RoundRule):
   w = 0 for slots whose prior is rejected at their final size.
 
   The prior (`config.rl.v05.prior`, `value.priors`) sees the history of earlier steps only
-  (`history.truncate(step)`), never the rollouts it is tested against; `context['prior']`
-  replaces it (tests).
+  (`history.truncate(step)`), never the rollouts it is tested against. Turned on by an advantage
+  entry that declares `per_row_prior`.
   """
 
-  def __init__(self, config, context):
+  @classmethod
+  def wanted(cls, config):
+    return advantages.declares(config.rl.advantage, "per_row_prior")
+
+  @classmethod
+  def example(cls, config, batch):
+    """(p0, w) per row: `prior` [R, 2] float32."""
+    del config
+    return batch.replace(prior=np.zeros((np.shape(batch.tokens)[0], 2), np.float32))
+
+  def __init__(self, ctx: StepContext):
+    config = ctx.config
     self.opts = config.rl.v05
     self.threshold = config.rl.success_threshold
     self.rows = requests_lib.batch_rows(config)
-    self.params = context.get("params")
-    self.prior = context.get("prior")
-    if self.prior is None:
-      history = context.get("history")
-      past = RolloutHistory() if history is None else history.truncate(context.get("step", 0))
-      self.prior = priors.make(self.opts.prior, context["exp"], past,
-                               context.get("companions", {}))
+    self.params = ctx.params
+    past = RolloutHistory() if ctx.history is None else ctx.history.truncate(ctx.step)
+    self.prior = priors.make(self.opts.prior, ctx.exp, past, ctx.companions)
     self.p0 = np.zeros(0)
     self.s2 = np.zeros(0)
     self.first_reject = np.zeros(0, bool)
@@ -219,10 +249,14 @@ class AllocationProbe(RoundRule):
   rest of the budget as extra rows of the probed prompts (the allocator sees the history with
   the probe's outcomes)."""
 
-  def __init__(self, config, context):
-    self.config = config
-    self.step = context.get("step", 0)
-    self.history = context.get("history")
+  @classmethod
+  def wanted(cls, config):
+    return "allocation" in config.rl and bool(config.rl.allocation.probe)
+
+  def __init__(self, ctx: StepContext):
+    self.config = ctx.config
+    self.step = ctx.step
+    self.history = ctx.history
     self.asked = False
 
   def after_round(self, pool, round_idx):
@@ -230,7 +264,7 @@ class AllocationProbe(RoundRule):
       return None
     self.asked = True
     if self.history is None:
-      raise ValueError("allocation.probe needs the rollout history (collect(history=...))")
+      raise ValueError("allocation.probe needs the rollout history (StepContext.history)")
     ids = np.asarray(pool.slot_prompt, np.int64)
     rng = planner.alloc_rng(self.config, self.step, 1000 + round_idx)
     extra = planner.StepAllocator(self.config).second(self.step, ids, self.history, rng)

@@ -2,23 +2,21 @@
 
 A companion is what a method keeps across steps and checkpoints: the rollout history, APRIL's
 carried groups, V0's online prior, the oracle prior's Monte Carlo estimator, ARRoL's quality
-head, the process-reward scorer (and its online PRM). The RL phase (`train.phases.rl`) builds
-every companion the config turns on (`build`) and calls the same hooks on each, never naming a
-method:
+head, the process-reward scorer (and its online PRM). In: `build(exp, sft_params, start_step,
+meta)` makes every companion the config turns on (a factory registered in `COMPANIONS`,
+`make(setup) -> Companion | None`; an engine's companion is made when a config's engine entry
+declares it, `Engine.companion`). The RL phase (`train.phases.rl`) then calls the same hooks on
+each, never naming a method:
 
-* `load_meta(meta)` / `meta()`: state that rides in the RL checkpoint's JSON meta (atomic with
-  the policy), so a resumed run continues exactly;
-* `rollout_state()`: what the rollout boxes read by the companion's name
-  (`rollout.requests.StepContext.companions`; None = nothing);
+* `load_meta(meta)` / `meta()`: state in the RL checkpoint's JSON meta (atomic with the policy);
+  invariant: a resumed run continues exactly;
+* `rollout_state()`: what the rollout boxes read by the companion's name (None = nothing);
+* `after_round(ctx, round)` -> host metrics: after each generation round is scored
+  (`rollout.engines.serve`; e.g. ARRoL's head trains on the survivors);
 * `example(batch)`: fields the companion adds to every RL batch (the jitted step's shapes);
 * `after_rollout(batch, rewards, params)` -> (batch, host metrics): e.g. per-step rewards;
 * `after_step(params, step)` -> host metrics: e.g. V0's support refresh and training;
-* `wrap_eval(eval_fn)`: e.g. V0's calibration joins every held-out evaluation;
-* `before_save(step)`: e.g. the online PRM's checkpoint at the policy's step;
-* `close()`: when the phase ends (e.g. the history written to WORKDIR/history.jsonl).
-
-A new one is one class registered in `COMPANIONS` with a factory `make(setup: Setup) ->
-Companion | None` (None: not used by this config).
+* `wrap_eval(eval_fn)`, `before_save(step)`, `close()`.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ import numpy as np
 from rl_jax import parallel, workdir
 from rl_jax.checkpoint import Checkpointer
 from rl_jax.registry import Registry
-from rl_jax.rollout import april
+from rl_jax.rollout import april, engines
 from rl_jax.value import priors, quality_head
 from rl_jax.value.history import RolloutHistory
 from rl_jax.value.prm import process
@@ -68,6 +66,11 @@ class Companion:
   def rollout_state(self) -> Any:
     return None
 
+  def after_round(self, ctx, rnd) -> dict:
+    """Host metrics after round `rnd` (`rollout.engines.Round`) of step `ctx.step` is scored."""
+    del ctx, rnd
+    return {}
+
   def example(self, batch):
     return batch
 
@@ -99,6 +102,12 @@ def build(exp, sft_params, start_step: int, meta: dict) -> dict[str, Companion]:
       companion.load_meta(meta)
       built[name] = companion
   return built
+
+
+def round_hooks(companions: dict[str, Companion]) -> tuple[Callable, ...]:
+  """The `after_round` hooks of the companions that define one (`StepContext.on_round`)."""
+  return tuple(c.after_round for c in companions.values()
+               if type(c).after_round is not Companion.after_round)
 
 
 def rollout_state(companions: dict[str, Companion]) -> dict[str, Any]:
@@ -183,7 +192,12 @@ class April(Companion):
 
 class Arrol(_Holding):
   """ARRoL's online quality head and engine options (`value.quality_head.ArrolRun`), read by the
-  'arrol' engine, which trains it on every round's survivors."""
+  'arrol' engine; after every round that engine served (one with `features`), the head trains
+  on the survivors' raw rewards."""
+
+  def after_round(self, ctx, rnd):
+    del ctx
+    return {} if rnd.features is None else self.run.observe(rnd.features, rnd.rewards)
 
 
 class Oracle(Companion):
@@ -258,16 +272,19 @@ def _oracle(setup: Setup):
           else None)
 
 
+def _declared(setup: Setup, name: str) -> bool:
+  """Whether one of the config's engine entries declares the companion `name`."""
+  return any(e.companion == name for e in engines.engines_of(setup.exp.config))
+
+
 @COMPANIONS.register("april")
 def _april(setup: Setup):
-  exp = setup.exp
-  return April(exp.max_new_tokens) if april.enabled(exp.config) else None
+  return April(setup.exp.max_new_tokens) if _declared(setup, "april") else None
 
 
 @COMPANIONS.register("arrol")
 def _arrol(setup: Setup):
-  exp = setup.exp
-  return Arrol(quality_head.ArrolRun(exp)) if exp.config.rl.rollout == "arrol" else None
+  return Arrol(quality_head.ArrolRun(setup.exp)) if _declared(setup, "arrol") else None
 
 
 @COMPANIONS.register("process")

@@ -24,7 +24,7 @@ from rl_jax.data.batching import LengthBuckets
 from rl_jax.experiment import Experiment
 from rl_jax.metrics import MetricsWriter, ProgressBar
 from rl_jax.rewards import contained
-from rl_jax.rollout import checks, collect, pool
+from rl_jax.rollout import checks, collect
 from rl_jax.rollout.requests import StepContext
 from rl_jax.train import companions as companions_lib
 from rl_jax.train import hyper as hyper_lib
@@ -299,7 +299,7 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None, *,
       c.keeps_sft_params for c in companions.values()):
     jax.tree_util.tree_map(lambda a: a.delete(), sft_params)
     sft_params = params_sh = None  # rl_step reads its reference only when kl_coef > 0.
-  example = pool.example_batch(exp)
+  example = collect.example_batch(exp)
   for c in companions.values():
     example = c.example(example)
   batch_sh = _batch_shardings(exp, example)
@@ -314,7 +314,8 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None, *,
 
   def step_fn(state, step):
     ctx = StepContext(exp, _compute_params(exp, state.params), step, stream,
-                      companions=companions_lib.rollout_state(companions))
+                      companions=companions_lib.rollout_state(companions),
+                      on_round=companions_lib.round_hooks(companions))
     batch, rewards, host_metrics = collect.rollout(ctx)
     for c in companions.values():
       batch, more = c.after_rollout(batch, rewards, state.params)

@@ -17,7 +17,9 @@ from rl_jax.rl import process_rewards
 from rl_jax.types import Rollout, Tree
 
 # Estimators that take the K reward components [B, G, K] (and `weights`) instead of one scalar.
-MULTI_REWARD = ("gdpo", "gdpo_verl")
+# Estimators that take every reward component (their entries declare `multi_reward`).
+MULTI_REWARD = tuple(n for n in advantages_lib.ADVANTAGES.names()
+                     if advantages_lib.declares(n, "multi_reward"))
 
 
 def as_components(rewards: jax.Array) -> jax.Array:

@@ -3,6 +3,8 @@ the estimator, the simple priors, and the extra-round control flow on a fake eng
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
@@ -10,8 +12,9 @@ from rl_jax import experiment, workdir
 from rl_jax.metrics import MetricsWriter, read_metrics
 from rl_jax.rl import advantages
 from rl_jax.rl.advantages import v05
-from rl_jax.rollout import checks, collect
+from rl_jax.rollout import checks, collect, engines
 from rl_jax.rollout import requests as requests_lib
+from rl_jax.rollout.requests import StepContext
 from rl_jax.train import phases
 from rl_jax.train import hyper as hyper_lib
 from rl_jax.types import Rollout
@@ -100,12 +103,19 @@ class _FixedPrior:
     return np.full(len(ids), self.p0), np.full(len(ids), self.s2)
 
 
-def _rows(group, valid, rewards):
+def _rows(group, valid, rewards, prompt_ids=None):
+  """A stubbed round (`engines.Round`) of rows `group` / `valid` with scalar `rewards`."""
   n = len(group)
-  return Rollout(prompt_tokens=np.ones((n, 2), np.int32), prompt_mask=np.ones((n, 2), bool),
-                 tokens=np.zeros((n, 3), np.int32), mask=np.ones((n, 3), bool),
-                 logp=np.zeros((n, 3), np.float32), group=np.asarray(group, np.int32),
-                 valid=np.asarray(valid, bool)), np.asarray(rewards, np.float32)[:, None]
+  return engines.Round(Rollout(
+      prompt_tokens=np.ones((n, 2), np.int32), prompt_mask=np.ones((n, 2), bool),
+      tokens=np.zeros((n, 3), np.int32), mask=np.ones((n, 3), bool),
+      logp=np.zeros((n, 3), np.float32), group=np.asarray(group, np.int32),
+      valid=np.asarray(valid, bool)), np.asarray(rewards, np.float32)[:, None], {}, prompt_ids)
+
+
+def _fixed_prior(monkeypatch, p0, s2):
+  """V0.5's prior (`priors.make`) replaced by `_FixedPrior(p0, s2)`."""
+  monkeypatch.setattr(priors, "make", lambda *a, **k: _FixedPrior(p0, s2))
 
 
 @pytest.fixture
@@ -116,21 +126,22 @@ def v05_config(smoke_config):
   return smoke_config
 
 
-def test_extra_rounds_on_a_fake_engine(v05_config):
+def test_extra_rounds_on_a_fake_engine(v05_config, monkeypatch):
   """Slot 0 always succeeds: it rejects p0=0.5 at n=4 and n=8 (4, then 8 more rows) and stops at
   n_max=16 with w=0; slot 1 has 3 of 4 (accepted: w=0.8621)."""
   g, v = requests_lib.layout(np.array([4, 4]), 8)
-  draw = lambda k: (*_rows(g, v, [1, 1, 1, 1, 1, 1, 1, 0]), {}, np.array([10, 11]))
+  draw = lambda ctx, k: _rows(g, v, [1, 1, 1, 1, 1, 1, 1, 0], np.array([10, 11]))
   asked = []
 
-  def extend(k, req):
+  def extend(ctx, k, req):
     asked.append((k, req.prompt_ids.tolist(), req.counts.tolist(), req.slots.tolist()))
     g2, v2 = requests_lib.layout(req.counts, req.total)
     return _rows(g2, v2, np.ones(req.total))
 
   history = RolloutHistory()
-  batch, rewards, metrics = collect.collect(draw, v05_config, extend=extend, history=history,
-                                           step=3, context={"prior": _FixedPrior(0.5, 0.01)})
+  _fixed_prior(monkeypatch, 0.5, 0.01)
+  ctx = StepContext(types.SimpleNamespace(config=v05_config), None, 3, history=history)
+  batch, rewards, metrics = collect.rollout(ctx, draw, extend)
   # Round 1: slot 0 doubled (4 rows); round 2: slot 0 at 8 of 8 still rejected -> 8 more (24
   # rows in all, the batch's R_max); then n = 16 = n_max.
   assert asked == [(1, [10], [4], [0]), (2, [10], [8], [0])]
@@ -144,13 +155,15 @@ def test_extra_rounds_on_a_fake_engine(v05_config):
   assert rewards.shape == (24, 1)
 
 
-def test_extra_rounds_stop_when_the_batch_is_full(v05_config):
+def test_extra_rounds_stop_when_the_batch_is_full(v05_config, monkeypatch):
   v05_config.rl.rows = 12  # Room for one doubling of slot 0 (4 rows), not the next (8 rows).
   g, v = requests_lib.layout(np.array([4, 4]), 8)
-  draw = lambda k: (*_rows(g, v, [1, 1, 1, 1, 1, 1, 1, 0]), {}, np.array([10, 11]))
-  extend = lambda k, req: _rows(*requests_lib.layout(req.counts, req.total), np.ones(req.total))
-  batch, _, metrics = collect.collect(draw, v05_config, extend=extend,
-                                     context={"prior": _FixedPrior(0.5, 0.01)})
+  draw = lambda ctx, k: _rows(g, v, [1, 1, 1, 1, 1, 1, 1, 0], np.array([10, 11]))
+  extend = lambda ctx, k, req: _rows(*requests_lib.layout(req.counts, req.total),
+                                     np.ones(req.total))
+  _fixed_prior(monkeypatch, 0.5, 0.01)
+  batch, _, metrics = collect.rollout(
+      StepContext(types.SimpleNamespace(config=v05_config), None), draw, extend)
   assert metrics["gen_rounds"] == 2 and metrics["v05/short"] == 1
   assert metrics["v05/group_size_mean"] == 6.0 and batch.valid.all()
 

@@ -11,6 +11,7 @@ from rl_jax import experiment, seeds
 from rl_jax.rollout import collect, planner
 from rl_jax.rollout.requests import StepContext
 from rl_jax.sampling import arrol
+from rl_jax.train import companions as companions_lib
 from rl_jax.train import config_check, phases
 from rl_jax.value import quality_head
 
@@ -22,6 +23,14 @@ def _exp(config, path):
   return experiment.build(config, str(path))
 
 
+def _ctx(exp, params, step, run) -> StepContext:
+  """The step context the RL phase builds for the companion 'arrol' holding `run`: its state
+  for the engine, its round hook (the head trains after each scored round)."""
+  companions = {"arrol": companions_lib.Arrol(run)}
+  return StepContext(exp, params, step, companions=companions_lib.rollout_state(companions),
+                     on_round=companions_lib.round_hooks(companions))
+
+
 def test_batch_holds_the_survivors_only(smoke_config, tmp_path):
   exp = _exp(smoke_config, tmp_path)
   params = phases.init_params(exp)
@@ -30,7 +39,7 @@ def test_batch_holds_the_survivors_only(smoke_config, tmp_path):
   run = quality_head.ArrolRun(exp)
   n0 = run.options.oversample
   assert (n0, run.options.keep) == (6, 4)
-  batch, rewards, metrics = collect.rollout(StepContext(exp, params, 0, companions={"arrol": run}))
+  batch, rewards, metrics = collect.rollout(_ctx(exp, params, 0, run))
   # The dense B x G batch: every row valid, group b in rows b·G ..; the pruned rows are absent.
   assert batch.tokens.shape[0] == b * g and np.asarray(batch.valid).all()
   np.testing.assert_array_equal(batch.group, np.repeat(np.arange(b), g))
@@ -74,11 +83,11 @@ def test_head_state_survives_a_checkpoint_round_trip(smoke_config, tmp_path):
   x = np.random.default_rng(0).normal(size=(16, exp.model_cfg.d_model)).astype(np.float32)
   run.head.fit(x, (x[:, 0] > 0).astype(np.float32))
   meta = json.loads(json.dumps(run.meta()))
-  a = collect.rollout(StepContext(exp, params, 1, companions={"arrol": run}))
+  a = collect.rollout(_ctx(exp, params, 1, run))
   resumed = quality_head.ArrolRun(exp)  # a new process's head, before and after its meta
   assert float(np.abs(resumed.head.params["head"]["kernel"]).sum()) == 0.0
   resumed.load_meta(meta)
-  r = collect.rollout(StepContext(exp, params, 1, companions={"arrol": resumed}))
+  r = collect.rollout(_ctx(exp, params, 1, resumed))
   np.testing.assert_array_equal(a[0].tokens, r[0].tokens)
   assert a[2] == r[2]
   for u, v in zip(jax.tree_util.tree_leaves((run.head.params, run.head.opt_state)),

@@ -1,18 +1,21 @@
 """DAPO host rollouts: overlong shaping numbers, dynamic sampling with static shapes.
 
-Generation is stubbed (`collect.collect` takes the round sampler as a function), so the group
-selection is checked exactly; one test runs the real sampler and RL phase on the smoke config.
+Generation is stubbed (`collect.rollout` takes the fresh-round function, which returns a typed
+`engines.Round`), so the group selection is checked exactly; one test runs the real sampler and
+RL phase on the smoke config.
 """
 
 from __future__ import annotations
+
+import types
 
 import numpy as np
 import pytest
 
 from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.rollout import checks, collect, engines, pool
-from rl_jax.rollout.requests import StepContext
+from rl_jax.rollout import checks, collect, engines, pool, rules
+from rl_jax.rollout.requests import Requests, StepContext
 from rl_jax.train import phases
 from rl_jax.types import Rollout
 
@@ -45,19 +48,26 @@ def test_informative_groups():
                                 [False, True, False])
 
 
-def _stub(round_rewards, group_size):
-  """draw(k) -> a host Rollout whose tokens encode (round, row), and its [R, 1] rewards."""
+def _ctx(config, **kw) -> StepContext:
+  """A step context for stubbed rounds: only the config is read."""
+  return StepContext(types.SimpleNamespace(config=config), None, **kw)
 
-  def draw(k):
+
+def _stub(round_rewards, group_size):
+  """fresh(ctx, k) -> a Round: a host Rollout whose tokens encode (round, row), [R, 1] rewards."""
+
+  def draw(ctx, k):
+    del ctx
     r = np.asarray(round_rewards[k], np.float32)
     n = len(r)
     tokens = np.tile((100 * k + np.arange(n))[:, None], (1, T)).astype(np.int32)
     mask = np.ones((n, T), bool)
     mask[:, -1] = np.arange(n) % 2 == 0  # Lengths 5 and 4.
-    return Rollout(prompt_tokens=np.ones((n, 2), np.int32), prompt_mask=np.ones((n, 2), bool),
-                   tokens=tokens, mask=mask, logp=np.zeros((n, T), np.float32),
-                   group=np.repeat(np.arange(n // group_size), group_size).astype(np.int32),
-                   valid=np.ones(n, bool)), r[:, None]
+    return engines.Round(Rollout(
+        prompt_tokens=np.ones((n, 2), np.int32), prompt_mask=np.ones((n, 2), bool),
+        tokens=tokens, mask=mask, logp=np.zeros((n, T), np.float32),
+        group=np.repeat(np.arange(n // group_size), group_size).astype(np.int32),
+        valid=np.ones(n, bool)), r[:, None])
 
   return draw
 
@@ -73,7 +83,7 @@ def test_dynamic_sampling_keeps_informative_groups_in_order(ds_config):
   rounds = [[1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0],   # Round 0: group 1 informative.
             [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0],   # Round 1: groups 0 and 2.
             [0, 1, 0, 1] * 3]                        # Never drawn: 3 groups already.
-  batch, rewards, metrics = collect.collect(_stub(rounds, 4), ds_config)
+  batch, rewards, metrics = collect.rollout(_ctx(ds_config), _stub(rounds, 4))
   assert metrics["gen_rounds"] == 2 and metrics["kept_groups"] == 3
   assert metrics["rollout_tokens"] == 2 * 12 * 4.5
   assert batch.tokens.shape == (12, T) and rewards.shape == (12, 1)
@@ -85,7 +95,7 @@ def test_dynamic_sampling_keeps_informative_groups_in_order(ds_config):
 
 def test_dynamic_sampling_fills_missing_groups_with_invalid_rows(ds_config):
   rounds = [[0] * 12, [1] * 4 + [0, 1, 1, 1] + [0] * 4, [1] * 12]
-  batch, rewards, metrics = collect.collect(_stub(rounds, 4), ds_config)
+  batch, rewards, metrics = collect.rollout(_ctx(ds_config), _stub(rounds, 4))
   assert metrics["gen_rounds"] == 3 and metrics["kept_groups"] == 1
   assert batch.tokens.shape == (12, T) and rewards.shape == (12, 1)
   np.testing.assert_array_equal(batch.valid, np.repeat([True, False, False], 4))
@@ -96,7 +106,7 @@ def test_dynamic_sampling_fills_missing_groups_with_invalid_rows(ds_config):
 def test_without_dynamic_sampling_one_round_and_shaping(ds_config):
   ds_config.rl.update(dynamic_sampling=False, overlong_buffer=2)
   rounds = [[1] * 12]
-  batch, rewards, metrics = collect.collect(_stub(rounds, 4), ds_config)
+  batch, rewards, metrics = collect.rollout(_ctx(ds_config), _stub(rounds, 4))
   assert metrics["gen_rounds"] == 1 and metrics["kept_groups"] == 3
   # L_max = 5, L_cache = 2: length 5 -> -1, length 4 -> -0.5.
   np.testing.assert_allclose(rewards[:4, 0], [0.0, 0.5, 0.0, 0.5])
@@ -187,3 +197,66 @@ def test_rl_phase_with_tree_rollouts(smoke_config, tmp_path, mode, advantage):
   for r in records:
     assert {"rollout_tokens", "batch_tokens"} <= set(r)
     assert all(np.isfinite(v) for v in r.values() if isinstance(v, float))
+
+
+def test_serve_scores_once_after_the_engine_then_calls_the_round_hooks(smoke_config, monkeypatch):
+  """engine -> one scorer -> round hooks -> a typed Round; metrics in that order."""
+  calls = []
+
+  def fake_score(exp, tokens, mask, example_ids):
+    del exp, tokens, mask
+    calls.append(np.asarray(example_ids).tolist())
+    return np.arange(len(example_ids), dtype=np.float32)[:, None], {"reward/errors": 0}
+
+  def stub_engine(ctx, requests, keys):
+    del ctx, keys
+    n = requests.total
+    return engines.Served(np.zeros((n, 3), np.int32), np.ones((n, 3), bool),
+                          np.zeros((n, 3), np.float32), requests, metrics={"rollout_tokens": 3 * n})
+
+  monkeypatch.setattr(engines, "score", fake_score)
+  table = engines.ENGINES._table  # pylint: disable=protected-access
+  monkeypatch.setitem(table, "_stub", engines.Engine(stub_engine))
+  seen = []
+
+  def hook(ctx, rnd):
+    del ctx
+    seen.append(rnd.rewards[:, 0].tolist())
+    return {"hook/rows": len(rnd.rewards)}
+
+  exp = types.SimpleNamespace(config=smoke_config, train_prompts=np.arange(20).reshape(10, 2),
+                              train_prompt_mask=np.ones((10, 2), bool))
+  rnd = engines.serve(StepContext(exp, None, on_round=(hook,)), "_stub",
+                      Requests(np.array([3, 5]), np.array([2, 1])), engines.RoundKeys(None))
+  assert calls == [[3, 3, 5]] and seen == [[0.0, 1.0, 2.0]]
+  assert list(rnd.metrics.items()) == [("rollout_tokens", 9), ("hook/rows", 3),
+                                       ("reward/errors", 0)]
+  np.testing.assert_array_equal(rnd.rollout.group, [0, 0, 1])
+  np.testing.assert_array_equal(rnd.rollout.prompt_tokens[:, 0], [6, 6, 10])
+  np.testing.assert_array_equal(rnd.prompt_ids, [3, 5])
+  assert rnd.rewards.dtype == np.float32 and rnd.rollout.valid.all()
+
+
+def test_entries_declare_what_a_method_needs(smoke_config):
+  """The engine, round-rule and advantage entries answer; no caller names the method."""
+  assert "april" not in engines.rollout_modes()
+  assert engines.fresh_engine(smoke_config, 0) == smoke_config.rl.rollout
+  smoke_config.rl.partial.enabled = True
+  assert engines.fresh_engine(smoke_config, 0) == "april"
+  assert engines.fresh_engine(smoke_config, 1) == smoke_config.rl.rollout
+  r, t = 8, 5
+  zero = Rollout(prompt_tokens=np.zeros((r, 2), np.int32), prompt_mask=np.zeros((r, 2), bool),
+                 tokens=np.zeros((r, t), np.int32), mask=np.zeros((r, t), bool),
+                 logp=np.zeros((r, t), np.float32), group=np.zeros(r, np.int32),
+                 valid=np.zeros(r, bool))
+  assert engines.example(smoke_config, zero).policy_version.shape == (r, t)
+  smoke_config.rl.partial.enabled = False
+  smoke_config.rl.rollout = "eptree"
+  assert engines.example(smoke_config, zero).tree.node_of.shape == (r, t)
+  assert "v05_extra" not in rules.active_rules(smoke_config)
+  assert rules.example(smoke_config, zero).prior is None
+  smoke_config.rl.advantage = "v05"
+  assert "v05_extra" in rules.active_rules(smoke_config)
+  assert rules.example(smoke_config, zero).prior.shape == (r, 2)
+  assert engines.tree_modes() == ("eptree", "treepo")
+  assert set(engines.ragged_modes()) == {"iid", "latr", "eptree", "treepo"}

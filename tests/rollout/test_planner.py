@@ -4,12 +4,13 @@ extra rounds, and the ragged advantage path (equal to the dense one on the same 
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import numpy as np
 import pytest
 
 from rl_jax import experiment
-from rl_jax.rollout import checks, collect, planner, rules
+from rl_jax.rollout import checks, collect, engines, planner, rules
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.rollout.requests import StepContext
 from rl_jax.train import phases, rl_inputs
@@ -33,6 +34,11 @@ def test_layout_packs_requests_and_pads():
   assert [requests_lib.engine_rows(n, 12) for n in (1, 2, 3, 5, 9, 12)] == [1, 2, 4, 8, 12, 12]
 
 
+def _ctx(config, **kw) -> StepContext:
+  """A step context for stubbed rounds: only the config (and step / history) are read."""
+  return StepContext(types.SimpleNamespace(config=config), None, **kw)
+
+
 def _rows(group, valid, first_token=0):
   n = len(group)
   tokens = np.tile((first_token + np.arange(n))[:, None], (1, T)).astype(np.int32)
@@ -51,9 +57,9 @@ def test_ragged_collect_packs_rows_and_records_history(ragged_config):
   """Counts [3, 1, 2] in 8 engine rows -> a 10-row batch, padding invalid with reward 0."""
   group, valid = requests_lib.layout(np.array([3, 1, 2]), 8)
   r = np.array([1, 0, 1, 1, 0, 0, 9, 9], np.float32)[:, None]
-  draw = lambda k: (_rows(group, valid), r, {}, np.array([7, 8, 9]))
+  draw = lambda ctx, k: engines.Round(_rows(group, valid), r, {}, np.array([7, 8, 9]))
   history = RolloutHistory()
-  batch, rewards, metrics = collect.collect(draw, ragged_config, history=history, step=5)
+  batch, rewards, metrics = collect.rollout(_ctx(ragged_config, step=5, history=history), draw)
   np.testing.assert_array_equal(batch.group, [0, 0, 0, 1, 2, 2, 3, 3, 3, 3])
   np.testing.assert_array_equal(batch.valid, [1] * 6 + [0] * 4)
   assert not batch.mask[6:].any() and batch.mask[:6].all()
@@ -66,8 +72,8 @@ def test_ragged_collect_packs_rows_and_records_history(ragged_config):
 class _TopUp(rules.RoundRule):
   """A test rule: once, asks 2 more rows for every slot with fewer than 3."""
 
-  def __init__(self, config, context):
-    del config, context
+  def __init__(self, ctx):
+    del ctx
     self.asked = False
 
   def after_round(self, pool, round_idx):
@@ -85,18 +91,19 @@ if "_test_top_up" not in rules.ROUND_RULES:
 def test_extra_rows_join_their_slots(ragged_config):
   ragged_config.rl.round_rules = ("_test_top_up",)
   group, valid = requests_lib.layout(np.array([3, 1, 2]), 6)
-  draw = lambda k: (_rows(group, valid), np.arange(6, dtype=np.float32)[:, None], {},
-                    np.array([7, 8, 9]))
+  draw = lambda ctx, k: engines.Round(_rows(group, valid), np.arange(6, dtype=np.float32)[:, None],
+                                      {}, np.array([7, 8, 9]))
   asked = []
 
-  def extend(k, requests):
+  def extend(ctx, k, requests):
+    del ctx
     asked.append((k, requests.prompt_ids.tolist(), requests.slots.tolist()))
     g, v = requests_lib.layout(requests.counts, 4)
-    return _rows(g, v, 100), 100 + np.arange(4, dtype=np.float32)[:, None], {}
+    return engines.Round(_rows(g, v, 100), 100 + np.arange(4, dtype=np.float32)[:, None])
 
   history = RolloutHistory()
-  batch, rewards, metrics = collect.collect(draw, ragged_config, extend=extend,
-                                           history=history, step=1)
+  batch, rewards, metrics = collect.rollout(_ctx(ragged_config, step=1, history=history), draw,
+                                           extend)
   assert asked == [(1, [8, 9], [1, 2])]
   assert metrics["gen_rounds"] == 2
   # Slot 0: rows 0-2; slot 1: row 3 + extra rows 100, 101; slot 2: rows 4, 5 + 102, 103.

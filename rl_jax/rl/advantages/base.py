@@ -46,6 +46,23 @@ def get(name: str) -> Callable[..., AdvOut]:
   return ADVANTAGES.get(name)
 
 
+# What an entry declares (an attribute of its function; False when absent), read by the rollout
+# and train code instead of naming estimators:
+#   multi_reward: takes every reward component [B, G, K], not the weighted scalar [B, G];
+#   token_level: returns adv [B, G, T] (needs `mask`), not one advantage per row;
+#   per_row_prior: reads the batch's per-row prior (p0, w) [B, G, 2], which the round rule that
+#     declares it wanted (`rollout.rules`) computes and writes.
+TRAITS = ("multi_reward", "token_level", "per_row_prior")
+
+
+def declares(name: str, trait: str) -> bool:
+  """Whether advantage `name` declares `trait` (one of `TRAITS`); False for an unregistered
+  name (the config check names it)."""
+  if trait not in TRAITS:
+    raise ValueError(f"unknown advantage trait {trait!r}; expected one of {TRAITS}")
+  return name in ADVANTAGES and bool(getattr(ADVANTAGES.get(name), trait, False))
+
+
 # ----------------------------------------------------------------------------
 # Shared statistics.
 

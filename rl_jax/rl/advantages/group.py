@@ -273,3 +273,10 @@ def reinforce_pp_baseline(rewards: Array, valid: Array, *,
   s = token_advantages(r - mu, m)
   return lax.stop_gradient(masked_whiten(s, m) * m), v
 
+
+# Declared traits (`base.TRAITS`).
+gdpo.multi_reward = True
+gdpo_verl.multi_reward = True
+gdpo_verl.token_level = True
+reinforce_pp.token_level = True
+reinforce_pp_baseline.token_level = True

@@ -130,3 +130,6 @@ def critical_z(alpha: float) -> float:
   if not 0 < alpha < 1:
     raise ValueError(f"config.rl.v05.alpha={alpha}; expected a level in (0, 1)")
   return statistics.NormalDist().inv_cdf(1.0 - alpha / 2.0)
+
+
+v05.per_row_prior = True  # Declared trait (`base.TRAITS`): the batch carries (p0, w) per row.

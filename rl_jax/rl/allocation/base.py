@@ -119,6 +119,9 @@ class Allocator:
   # True: `allocate` reads `stats.p_hat`, the predictions of `config.rl.allocator_prior`; a
   # prior named for an allocator that does not is refused (rl_jax/rollout/checks.py).
   reads_prior = False
+  # False: the counts follow from the budget alone (no history, no state, no probe round), so the
+  # planner may run it without the history's statistics (`rollout.planner.allocate`).
+  reads_history = True
 
   def init_state(self) -> dict:
     return {}
@@ -213,6 +216,8 @@ def uniform_counts(budget: Budget) -> np.ndarray:
 class Uniform(Allocator):
   """Today's behaviour: every prompt gets `total // B` rows (the first `total % B` one more);
   with total = B·G exactly G each."""
+
+  reads_history = False
 
   def allocate(self, stats, budget, state, rng):
     del state, rng

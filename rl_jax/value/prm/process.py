@@ -38,7 +38,7 @@ import numpy as np
 import optax
 
 from rl_jax.data.batching import decode_completions
-from rl_jax.rl import logprobs
+from rl_jax.rl import advantages, logprobs
 from rl_jax.rl import process_rewards as pr
 from rl_jax.train_state import TrainState
 from rl_jax.value.prm import model as prm_lib
@@ -61,13 +61,13 @@ def check_config(config) -> None:
     raise ValueError(f"config.rl.process_reward={kind!r}; expected one of {PROCESS_REWARDS}")
   if kind == "none":
     return
-  if rl.max_group_size and kind in ("prime", "oprl"):
+  if rl.max_group_size and pr.declares(kind, "online"):
     raise ValueError(f"config.rl.process_reward={kind!r} with max_group_size="
                      f"{rl.max_group_size}; the online PRMs ('prime', 'oprl') need the dense "
                      "B x G batch (max_group_size=0); 'pav' and 'oracle' score each row alone "
                      "and also take ragged batches (allocators)")
   c = rl.process
-  if kind in ("pav", "oracle"):
+  if pr.declares(kind, "adds_progress"):
     if not (isinstance(c.alpha, (int, float)) and math.isfinite(c.alpha) and c.alpha >= 0):
       raise ValueError(f"config.rl.process.alpha={c.alpha!r}: process_reward={kind!r} needs "
                        "alpha, a finite number >= 0 (no default: docs/algorithms.md §5.1)")
@@ -91,8 +91,8 @@ def check_config(config) -> None:
                      f"{BASELINES}")
   if c.max_steps < 1:
     raise ValueError(f"config.rl.process.max_steps={c.max_steps}: expected an integer >= 1")
-  if kind in ("pav", "oprl", "oracle") and rl.advantage in ("reinforce_pp", "reinforce_pp_baseline",
-                                                   "gdpo_verl", "gdpo"):
+  if pr.declares(kind, "per_row_outcome") and (advantages.declares(rl.advantage, "token_level")
+                                            or advantages.declares(rl.advantage, "multi_reward")):
     raise ValueError(f"config.rl.process_reward={kind!r} adds to a per-row outcome advantage; "
                      f"config.rl.advantage={rl.advantage!r} is not one")
 
@@ -170,7 +170,7 @@ class ProcessScorer:
   @property
   def online(self) -> bool:
     """Whether the PRM trains during RL ('prime', 'oprl'): then it is checkpointed."""
-    return self.kind in ("prime", "oprl")
+    return pr.declares(self.kind, "online")
 
   def attach_checkpointer(self, ckpt, start: int) -> None:
     """Checkpoints the online PRM with `ckpt` (a `rl_jax.checkpoint.Checkpointer`) from now on,
