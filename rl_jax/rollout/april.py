@@ -36,6 +36,7 @@ import dataclasses
 import numpy as np
 
 from rl_jax import parallel
+from rl_jax.rl.advantages import ADVANTAGES
 from rl_jax.rollout.engines import ENGINES, RoundKeys, Served, score
 from rl_jax.rollout.requests import Requests, StepContext
 from rl_jax.sampling import partial
@@ -133,7 +134,36 @@ def launch_requests(carry: Carry, fresh, group_size: int) -> Requests:
   return Requests.of_group_size(launch_ids(carry.prompt_ids, fresh), group_size)
 
 
-@ENGINES.register("april")
+def check_config(config) -> None:
+  """ValueError naming the field when `config.rl.partial.enabled` cannot run with the rest of
+  the config: it launches >= B groups, needs the TIS correction (tis_cap > 0), dense iid groups
+  without extra rounds, and prompts from memory."""
+  rl, opts = config.rl, config.rl.partial
+  if launch_groups(config) < rl.prompts_per_step:
+    raise ValueError(f"config.rl.partial.groups={opts.groups} is below prompts_per_step="
+                     f"{rl.prompts_per_step}; expected 0 or >= prompts_per_step")
+  if rl.tis_cap <= 0:
+    raise ValueError("config.rl.partial.enabled=True with config.rl.tis_cap=0; expected "
+                     "tis_cap > 0 (carried tokens are off-policy and are corrected by truncated "
+                     "importance sampling, e.g. --config.rl.tis_cap=2.0)")
+  clashes = {"rollout": (rl.rollout, "iid"), "max_group_size": (rl.max_group_size, 0),
+             "dynamic_sampling": (rl.dynamic_sampling, False),
+             "round_rules": (tuple(rl.round_rules), ())}
+  for name, (value, want) in clashes.items():
+    if value != want:
+      raise ValueError(f"config.rl.partial.enabled=True with config.rl.{name}={value!r}; "
+                       f"expected {name}={want!r}")
+  if ADVANTAGES.declared(rl.advantage, "extra_rounds"):
+    raise ValueError(f"config.rl.partial.enabled=True with config.rl.advantage="
+                     f"{rl.advantage!r}; expected an estimator that draws no extra rounds of "
+                     "its own")
+  if config.data.source != "memory":
+    raise ValueError(f"config.rl.partial.enabled=True with config.data.source="
+                     f"{config.data.source!r}; expected 'memory'")
+
+
+# Not a value of `config.rl.rollout`: `enabled(config)` turns it on (with rollout='iid').
+@ENGINES.register("april", check=check_config, enabled=enabled)
 def april_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """One step's APRIL round over the launched groups (`launch_requests`): the first B complete
   groups, with `policy_version`, scored; the run's carry (companion 'april') is replaced in place

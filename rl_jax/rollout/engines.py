@@ -2,7 +2,8 @@
 
 `ENGINES` maps `config.rl.rollout` (and 'april', `rollout.april`) to an adapter
 `engine(ctx, requests, keys: RoundKeys) -> Served`: the rows of every served request, prompt
-b's rows contiguous in request order, scored. A dense round is uniform requests (G rows each)
+b's rows contiguous in request order, scored. An entry declares `check(config)` (its options'
+config check, run by `rollout.checks`) and `tree=True` when its groups carry a tree. A dense round is uniform requests (G rows each)
 and takes the same adapter as a ragged one; with every n_b = G_max = G the two are the same
 batch (a test).
 
@@ -194,7 +195,7 @@ def iid_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   return Served(fields, rewards, extra)
 
 
-@ENGINES.register("latr")
+@ENGINES.register("latr", check=latr.LatrOptions.check_config)
 def latr_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """k_b = round(n_b·η) LATR tree rows (slot budget k_b of round(G_max·η)) + n_b − k_b
   independent rows per prompt (tree rows first)."""
@@ -235,7 +236,7 @@ def latr_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served
   return Served(fields, rewards, extra)
 
 
-@ENGINES.register("eptree")
+@ENGINES.register("eptree", check=eptree.EPTreeOptions.check_config, tree=True)
 def eptree_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """EPTree forests of Lv leaves per prompt; n_b of prompt b's leaves kept (`select_leaves`)."""
   exp, ids, counts = ctx.exp, requests.prompt_ids, requests.counts
@@ -260,7 +261,7 @@ def newline_ids(tokenizer) -> tuple[int, ...]:
   return segments.delimiter_ids(tokenizer, "\n")
 
 
-@ENGINES.register("treepo")
+@ENGINES.register("treepo", check=treepo.TreePOOptions.check_config, tree=True)
 def treepo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """A TreePO tree with a budget of n_b leaves per prompt in G_max slots."""
   exp, ids, counts = ctx.exp, requests.prompt_ids, requests.counts
@@ -280,7 +281,7 @@ def treepo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Serv
       "tree_fork_prefix_mean": out.fork_prefix_tokens / max(out.num_forks, 1), **host})
 
 
-@ENGINES.register("echo")
+@ENGINES.register("echo", check=echo.EchoOptions.check_config, tree=True)
 def echo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """An ECHO tree of G leaves per prompt, recorded for the tree advantages."""
   exp, ids, g = ctx.exp, requests.prompt_ids, ctx.config.rl.group_size
@@ -297,7 +298,7 @@ def echo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served
                                   "tree_pruned": int(out.num_pruned), **counts})
 
 
-@ENGINES.register("arrol")
+@ENGINES.register("arrol", check=arrol.ArrolOptions.check_config)
 def arrol_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """ARRoL: N0 rows per prompt, pruned to G at the checkpoint by the run's quality head, which
   then trains on the survivors' outcomes. The batch holds the G survivors only."""

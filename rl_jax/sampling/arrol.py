@@ -104,6 +104,11 @@ class ArrolOptions:
     return cls(oversample=int(math.ceil(c.oversample * n - 1e-9)), keep=n,
                prune_at=int(round(c.prune_frac * t)), rule=c.rule, rho=c.rho)
 
+  @classmethod
+  def check_config(cls, config) -> None:
+    """ValueError naming the field for `config.rl.arrol` out of range."""
+    cls.from_config(config)
+
   def __post_init__(self):
     if not 1 <= self.keep <= self.oversample:
       raise ValueError(f"ARRoL keeps N={self.keep} of N0={self.oversample} rows per prompt; "

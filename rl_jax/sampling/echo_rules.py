@@ -89,6 +89,15 @@ class EchoOptions:
     """`config.rl.echo` -> EchoOptions (every field by name)."""
     return cls(**config.rl.echo.to_dict())
 
+  @classmethod
+  def check_config(cls, config) -> None:
+    """ValueError naming the field for `config.rl.echo` out of range, or `branch_roots` not
+    below `rl.group_size` (the other slots hold the branches; 0 = no branching)."""
+    opts, g = cls.from_config(config), config.rl.group_size
+    if opts.branch_roots >= g:
+      raise ValueError(f"config.rl.echo.branch_roots={opts.branch_roots}: expected fewer than "
+                       f"group_size={g} (the other slots hold the branches; 0 = no branching)")
+
   def __post_init__(self):
     bad = lambda field, expected: ValueError(
         f"config.rl.echo.{field}={getattr(self, field)!r}: expected {expected}")

@@ -78,6 +78,17 @@ class EPTreeOptions:
                branches=c.branches, min_tokens_left=c.min_tokens_left,
                min_prefix_fraction=c.min_prefix_fraction)
 
+  @classmethod
+  def check_config(cls, config) -> None:
+    """ValueError naming the field for `config.rl.eptree` out of range, or fewer leaves per
+    prompt than `rl.group_size` / `rl.max_group_size` rows."""
+    rl, leaves = config.rl, cls.from_config(config).leaves
+    for field in ("group_size", "max_group_size"):
+      if rl[field] > leaves:
+        raise ValueError(f"config.rl.{field}={rl[field]} exceeds the {leaves} leaves per "
+                         f"prompt of config.rl.eptree (num_chains·(1 + rounds·forks_per_round·"
+                         f"branches))")
+
   def __post_init__(self):
     for name in ("num_chains", "forks_per_round", "branches"):
       if getattr(self, name) < 1:

@@ -23,6 +23,7 @@ from rl_jax import rewards as rewards_lib
 from rl_jax.data import math_tasks
 from rl_jax.rewards import contained
 from rl_jax.rl import advantages, allocation, losses
+from rl_jax.rl.advantages import v05
 from rl_jax.rollout import checks as rollout_checks
 from rl_jax.rollout import engines as rollout_engines
 from rl_jax.rollout import rules
@@ -69,11 +70,6 @@ def _registry_names() -> dict[str, tuple]:
   }
 
 
-# Advantages that compare a row with the other rows of its group: one row per group gives 0.
-GROUP_RELATIVE = ("grpo", "drgrpo", "rloo", "opo", "grpo_passk", "mc_grpo", "gdpo", "gdpo_verl",
-                  "reinforce_pp_baseline", "v05")
-
-
 def check_names(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError for a registry name no registry holds (`rl.advantage='grpoo'`), naming
   the field, the names it may hold and the closest one."""
@@ -91,7 +87,7 @@ def check_names(config: ml_collections.ConfigDict) -> None:
 
 def check_model(config: ml_collections.ConfigDict) -> None:
   """Model shapes (a random-init model; a checkpoint's own config.json decides otherwise) and a
-  group-relative advantage over groups of one row."""
+  group-relative advantage (its entry declares `group_relative`) over groups of one row."""
   m = _get(config, "model")
   if m is not _MISSING and not m.get("path") and "d_model" in m:
     if m.d_model % m.n_heads:
@@ -102,7 +98,8 @@ def check_model(config: ml_collections.ConfigDict) -> None:
                         f"{m.n_kv_heads}: expected n_heads to be a multiple of n_kv_heads")
   rl = _get(config, "rl")
   if (rl is not _MISSING and "group_size" in rl and rl.group_size == 1
-      and rl.get("advantage") in GROUP_RELATIVE and not rl.get("max_group_size")):
+      and advantages.ADVANTAGES.declared(rl.get("advantage"), "group_relative")
+      and not rl.get("max_group_size")):
     raise ConfigError(f"config.rl.group_size=1 with config.rl.advantage={rl.advantage!r}: a "
                       "group-relative advantage is 0 for every row of a one-row group; expected "
                       "group_size >= 2")
@@ -242,11 +239,13 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.reward_max_failed_steps": _int(0),
     "rl.rows": _int(0),
     "rl.max_group_size": _int(0),
+    **{f"rl.allocation.{f}": _int(0) for f in (
+        "min_n", "probe", "history_steps", "history_rollouts", "candidates")},
     "rl.success_threshold": _real(0.0, 1.0, hi_open=True),
     "rl.v05.n_max": _int(1),
     "rl.v05.alpha": _real(0.0, 1.0, lo_open=True, hi_open=True),
-    "rl.v05.test": _one_of(("z", "binomial")),
-    "rl.v05.fusion": _one_of(("variance", "beta")),
+    "rl.v05.test": _one_of(v05.TESTS),
+    "rl.v05.fusion": _one_of(v05.FUSIONS),
     "rl.v05.sigma0_sq": _real(0.0),
     "rl.v05.std_eps": _real(0.0),
     "rl.v05.prior_window": _int(0),

@@ -119,6 +119,9 @@ class Allocator:
   # True: `allocate` reads `stats.p_hat`, the predictions of `config.rl.allocator_prior`; a
   # prior named for an allocator that does not is refused (rl_jax/rollout/checks.py).
   reads_prior = False
+  needs_prior = False  # True: cannot allocate without `config.rl.allocator_prior`.
+  # True: every prompt gets the same row count (runs in dense groups, needs no ragged layout).
+  equal_counts = False
 
   def init_state(self) -> dict:
     return {}
@@ -213,6 +216,7 @@ def uniform_counts(budget: Budget) -> np.ndarray:
 class Uniform(Allocator):
   """Today's behaviour: every prompt gets `total // B` rows (the first `total % B` one more);
   with total = B·G exactly G each."""
+  equal_counts = True
 
   def allocate(self, stats, budget, state, rng):
     del state, rng
