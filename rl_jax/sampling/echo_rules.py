@@ -26,6 +26,7 @@ that wants ECHO's branching sets the thresholds (docs/research/rollout-engines-v
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import flax.struct
 import jax
@@ -108,6 +109,16 @@ class EchoOptions:
     for name in ("min_depth", "branch_roots"):
       if getattr(self, name) < 0:
         raise bad(name, "an integer >= 0")
+    for name in ("entropy_high", "entropy_low", "branch_threshold", "entropy_delta_threshold",
+                 "prune_threshold", "tail_threshold", "delta_upper", "alpha", "beta"):
+      if not math.isfinite(getattr(self, name)):
+        raise bad(name, "a finite number")
+    for name in ("alpha", "beta"):
+      if getattr(self, name) < 0:
+        raise bad(name, "a finite number in [0, inf)")
+    for name in ("prune", "nested"):
+      if not isinstance(getattr(self, name), bool):
+        raise bad(name, "one of [True, False]")
     if self.confidence not in CONFIDENCES:
       raise bad("confidence", f"one of {list(CONFIDENCES)}")
     if self.conf_top_k > self.top_k:

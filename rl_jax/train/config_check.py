@@ -27,7 +27,7 @@ from rl_jax.rl.advantages import v05
 from rl_jax.rollout import checks as rollout_checks
 from rl_jax.rollout import engines as rollout_engines
 from rl_jax.rollout import rules
-from rl_jax.sampling import arrol, echo_rules, engines, treepo
+from rl_jax.sampling import engines
 from rl_jax.value import priors
 from rl_jax.value.prm import process
 from rl_jax.value.v0 import model as v0_model
@@ -61,7 +61,6 @@ def _registry_names() -> dict[str, tuple]:
       "rl.process_reward": tuple(process.PROCESS_REWARDS),
       "rl.rewards": tuple(rewards_lib.REWARDS.names()),
       "rl.round_rules": tuple(rules.ROUND_RULES.names()),
-      "rl.arrol.rule": tuple(arrol.KEEP_RULES.names()),
       "value.v0.head": tuple(v0_model.HEADS.names()),
       "rl.optim.schedule": ("constant", "cosine", "linear"),
       "sft.optim.schedule": ("constant", "cosine", "linear"),
@@ -250,26 +249,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.v05.std_eps": _real(0.0),
     "rl.v05.prior_window": _int(0),
     "rl.v05.prior_pseudo_count": _real(0.0, lo_open=True),
-    "rl.treepo.segment": _one_of(treepo.SEGMENTS),
-    "rl.arrol.oversample": _real(1.0),
-    "rl.arrol.prune_frac": _real(0.0, 1.0, lo_open=True, hi_open=True),
-    "rl.arrol.rule": _one_of(tuple(arrol.KEEP_RULES.names())),
-    "rl.arrol.rho": _real(0.0, 1.0),
-    "rl.arrol.lr": _real(0.0, lo_open=True),
-    "rl.arrol.updates": _int(0),
     **_optim("rl.optim"),
-    # ECHO (rl_jax/sampling/echo_rules.py; cross-field rules in EchoOptions).
-    **{f"rl.echo.{f}": _int(1) for f in (
-        "top_k", "conf_top_k", "entropy_window", "group_window", "tail_window", "min_branches",
-        "max_branches", "tail_decline_steps", "delta_rise_steps")},
-    **{f"rl.echo.{f}": _int(0) for f in ("min_depth", "branch_roots")},
-    **{f"rl.echo.{f}": (_num, "a finite number") for f in (
-        "entropy_high", "entropy_low", "branch_threshold", "entropy_delta_threshold",
-        "prune_threshold", "tail_threshold", "delta_upper")},
-    **{f"rl.echo.{f}": _real(0.0) for f in ("alpha", "beta")},
-    "rl.echo.confidence": _one_of(echo_rules.CONFIDENCES),
-    "rl.echo.prune": _one_of((True, False)),
-    "rl.echo.nested": _one_of((True, False)),
     "control.steps": _int(0),
     "eval.num_samples": _int(1),
     "eval.batch_size": _int(1),
