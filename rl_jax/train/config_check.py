@@ -1,13 +1,13 @@
-"""Range checks of an experiment config, run before anything is built or trained.
+"""The one check of an experiment config (`check`), run by `train.loop.run` before any compute.
 
-`ml_collections` already refuses a value of the wrong type for a field (`--config.rl.steps=abc`
-is a flag error naming the field) and `experiments/run.py` refuses unknown fields. What remains
-is values of the right type but out of range (`rl.steps=-1`, `sampling.top_p=0`, a NaN learning
-rate): `check` raises `ConfigError` naming the field, the value and what was expected, instead of
-an error from deep inside JAX, numpy or orbax minutes later. So do a name no registry holds
-(`rl.advantage='grpoo'`, with the closest name: `check_names`), model shapes that do not divide
-(`check_model`), a group-relative advantage over one-row groups, and a work dir that is a file or
-cannot be written (`check_workdir`).
+In: a ConfigDict (types already enforced by ml_collections, unknown fields by experiments/run.py;
+fields missing from an older config are skipped). Out: None, or `ConfigError` (a ValueError) on
+the first problem, one line naming the field, the value and what was expected. Order: registry
+names (`check_names`, with the closest name), model shapes and one-row groups (`check_model`),
+the task (`check_task`), single-field ranges (`RULES`; each field in one place: a method's own
+section is checked by its options dataclass instead), then the cross-field checks of the rollout
+side (`rollout.checks`: every registry entry the config turns on runs its declared `check`) and
+of process rewards. No method is named here. `check_workdir` checks the work dir.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import ml_collections
 
+from rl_jax import experiment
 from rl_jax import rewards as rewards_lib
 from rl_jax.data import math_tasks
 from rl_jax.rewards import contained
@@ -64,8 +65,8 @@ def _registry_names() -> dict[str, tuple]:
       "value.v0.head": tuple(v0_model.HEADS.names()),
       "rl.optim.schedule": ("constant", "cosine", "linear"),
       "sft.optim.schedule": ("constant", "cosine", "linear"),
-      "tokenizer.kind": ("sentencepiece", "hf"),
-      "data.source": ("memory", "grain"),
+      "tokenizer.kind": experiment.TOKENIZER_KINDS,
+      "data.source": experiment.DATA_SOURCES,
   }
 
 

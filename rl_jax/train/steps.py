@@ -1,18 +1,13 @@
 """Pure train steps: `step(state, ..., batch, *, hyper) -> (state, metrics)`.
 
-They are jitted once in the loop with explicit shardings and donation; the hyper-parameters
-that change the program are frozen dataclasses passed as static arguments.
-
-`rl_step` is the whole update on one rollout batch: rewards -> advantages (`rl_inputs`), then
-`num_iterations` optimizer updates, each accumulating gradients over `num_minibatches`
-micro-batches with the loss normalizers of the whole batch (docs/algorithms.md §2.6).
-
-Mixed precision: the state's parameters are the master weights (with the optimizer moments in
-their dtype, `config.train.master_dtype`). Each update runs the model on one copy of them in
-`model_cfg.param_dtype` (`models.cast_params`, once per update, outside the micro-batch loop) with
-activations in `model_cfg.dtype`; gradients are cast back to the master dtype and accumulated
-there, and log-probs, losses and normalizers are float32 throughout. With float32 everywhere
-(the default) the casts are absent and the program is the plain float32 one.
+In: a TrainState (master weights and optimizer state, `config.train.master_dtype`), one batch
+(`SFTBatch`, or a `Rollout` and its rewards) and static settings (`model_cfg`; `hyper.RLHyper`,
+a jit static argument). Out: the new state and scalar metrics. Invariants: a step whose loss or
+gradient norm is not finite is not applied (`finite_or_skip`, metric `nonfinite`); log-probs,
+losses and normalizers are float32; the model runs on one `model_cfg.param_dtype` copy of the
+master weights per update and gradients accumulate in the master dtype (float32 throughout: no
+casts). `rl_step`: rewards -> advantages (`rl_inputs`), then `num_iterations` updates, each over
+`num_minibatches` micro-batches with the normalizers of the whole batch (docs/algorithms.md §2.6).
 """
 
 from __future__ import annotations
