@@ -80,14 +80,11 @@ class EPTreeOptions:
 
   @classmethod
   def check_config(cls, config) -> None:
-    """ValueError naming the field for `config.rl.eptree` out of range, or fewer leaves per
-    prompt than `rl.group_size` / `rl.max_group_size` rows."""
+    """ValueError: `config.rl.eptree` out of range, or fewer leaves than rl.(max_)group_size."""
     rl, leaves = config.rl, cls.from_config(config).leaves
-    for field in ("group_size", "max_group_size"):
-      if rl[field] > leaves:
-        raise ValueError(f"config.rl.{field}={rl[field]} exceeds the {leaves} leaves per "
-                         f"prompt of config.rl.eptree (num_chains·(1 + rounds·forks_per_round·"
-                         f"branches))")
+    for f in [f for f in ("group_size", "max_group_size") if rl[f] > leaves]:
+      raise ValueError(f"config.rl.{f}={rl[f]} exceeds the {leaves} leaves per prompt of config."
+                       "rl.eptree (num_chains·(1 + rounds·forks_per_round·branches))")
 
   def __post_init__(self):
     for name in ("num_chains", "forks_per_round", "branches"):
