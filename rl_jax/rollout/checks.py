@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from rl_jax.rl import advantages
 from rl_jax.rl import allocation as alloc_lib
-from rl_jax.rollout import april, engines, planner, rules  # noqa: F401  (april registers)
+from rl_jax.rollout import april, planner, rules  # noqa: F401  (april registers its engine)
 from rl_jax.rollout.engines import ENGINES, RAGGED_ROLLOUTS, RAGGED_TREES
 from rl_jax.rollout.requests import batch_rows, is_ragged, max_group_size
 
@@ -60,8 +60,8 @@ def _declared_check(registry, name: str, config) -> None:
 
 
 def _untreed() -> tuple[str, ...]:
-  """Rollout modes whose groups carry no tree."""
-  return tuple(n for n in engines.rollout_modes() if not ENGINES.declared(n, "tree"))
+  """Rollout modes that serve ragged groups and carry no tree."""
+  return tuple(n for n in RAGGED_ROLLOUTS if not ENGINES.declared(n, "tree"))
 
 
 def _extra_rounds(config) -> bool:
@@ -148,9 +148,9 @@ def _check_allocation(config) -> None:
     raise ValueError(f"config.rl.allocator={rl.allocator!r} needs predictions p_hat: set "
                      "config.rl.allocator_prior (e.g. 'history', or 'v0' once V0 is registered)")
   if a.probe and (rl.dynamic_sampling or _extra_rounds(config)):
-    raise ValueError(f"config.rl.allocation.probe is not supported together with "
-                     f"dynamic_sampling or advantage={rl.advantage!r} (each asks for its own "
-                     "extra rounds); use probe=0")
+    clash = "dynamic_sampling=True" if rl.dynamic_sampling else f"advantage={rl.advantage!r}"
+    raise ValueError(f"config.rl.allocation.probe is not supported together with {clash} "
+                     "(each asks for its own extra rounds); use probe=0")
   rows = batch_rows(config)
   if rl.dynamic_sampling and rows < rl.prompts_per_step * max_group_size(config):
     raise ValueError(f"config.rl.dynamic_sampling with allocator={rl.allocator!r} keeps B groups "

@@ -98,7 +98,7 @@ class ArrolOptions:
                        f"round(prune_frac * max_new_tokens={t}) = {round(c.prune_frac * t)} "
                        f"tokens; expected a fraction in (0, 1) giving 1 <= t_p < {t}")
     if not (isinstance(c.lr, (int, float)) and math.isfinite(c.lr) and c.lr > 0):
-      raise ValueError(f"config.rl.arrol.lr={c.lr!r}: expected a finite number > 0")
+      raise ValueError(f"config.rl.arrol.lr={c.lr!r}: expected a finite number in (0, inf)")
     if not isinstance(c.updates, int) or c.updates < 0:
       raise ValueError(f"config.rl.arrol.updates={c.updates!r}: expected an integer >= 0")
     n = rl.group_size
