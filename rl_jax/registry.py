@@ -1,19 +1,24 @@
 """Name -> function registries, so an ablation is a config string.
 
+An entry may declare what its method needs as keyword attributes of `register` (`check`: a
+`check(config)` raising ValueError for a config the method cannot run; others per registry);
+code outside the entry's module asks `declared(name, key)` instead of testing the name.
+
 Example::
 
     ADVANTAGES = Registry('advantage')
 
-    @ADVANTAGES.register('grpo')
+    @ADVANTAGES.register('grpo', group_relative=True)
     def grpo(rewards, valid, *, eps=1e-6): ...
 
     fn = ADVANTAGES.get(config.rl.advantage)
+    ADVANTAGES.declared(config.rl.advantage, 'group_relative')  # -> True
 """
 
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Dict, Iterable, TypeVar
+from typing import Any, Callable, Dict, Iterable, TypeVar
 
 F = TypeVar("F", bound=Callable)
 
@@ -24,15 +29,23 @@ class Registry:
   def __init__(self, kind: str):
     self.kind = kind
     self._table: Dict[str, Callable] = {}
+    self._declared: Dict[str, Dict[str, Any]] = {}
 
-  def register(self, name: str) -> Callable[[F], F]:
+  def register(self, name: str, **declared: Any) -> Callable[[F], F]:
+    """Decorator: registers `fn` as `name`, with the entry's `declared` attributes."""
     def deco(fn: F) -> F:
       if name in self._table:
         raise ValueError(f"{self.kind} {name!r} is registered twice")
       self._table[name] = fn
+      self._declared[name] = dict(declared)
       return fn
 
     return deco
+
+  def declared(self, name: str, key: str, default: Any = None) -> Any:
+    """The attribute `key` that entry `name` declared at registration (`default` if it
+    declared none, or if no entry is called `name`)."""
+    return self._declared.get(name, {}).get(key, default)
 
   def get(self, name: str) -> Callable:
     try:

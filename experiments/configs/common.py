@@ -1,4 +1,9 @@
-"""Shared defaults for every experiment config (`get_config` files start from `base()`)."""
+"""Shared defaults for every experiment config (`get_config` files start from `base()`).
+
+Out: ConfigDicts. Invariants: every leaf is read by some code (tests/test_config_fields_read.py);
+a field's path is part of a run's fingerprint (`rl_jax.fingerprint`), so renaming or moving one
+makes older work dirs refuse to resume; ranges are checked by `rl_jax.train.config_check`.
+"""
 
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ def allocation() -> ml_collections.ConfigDict:
 
 
 def base() -> ml_collections.ConfigDict:
+  """The whole config tree with its defaults: a `chain_sum` run of the tiny model, SFT then RL."""
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.progress = True
@@ -117,7 +123,7 @@ def base() -> ml_collections.ConfigDict:
                                          optim=optim_config(1e-3, warmup_steps=50,
                                                             schedule="cosine", end_lr_frac=0.1,
                                                             weight_decay=0.01)))
-  # RL (rl_jax/train/steps.py RLHyper and rl_jax/rollout/collect.py document each field).
+  # RL (rl_jax/train/hyper.py RLHyper and rl_jax/rollout/collect.py document each field).
   # group_size is the rows per prompt: MC-GRPO with G=2 (+1 pivot) is group_size=3.
   c.rl = ml_collections.ConfigDict(dict(
       steps=100, prompts_per_step=32, group_size=8, advantage="grpo",

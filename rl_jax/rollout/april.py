@@ -18,6 +18,7 @@ import dataclasses
 import numpy as np
 
 from rl_jax import parallel
+from rl_jax.rl import advantages
 from rl_jax.rollout import engines, planner
 from rl_jax.rollout.engines import RoundKeys, Served
 from rl_jax.rollout.requests import Requests, StepContext
@@ -117,6 +118,34 @@ def launch_requests(carry: Carry, fresh, group_size: int) -> Requests:
   return Requests.of_group_size(launch_ids(carry.prompt_ids, fresh), group_size)
 
 
+def check_config(config) -> None:
+  """ValueError naming the field when `config.rl.partial.enabled` cannot run with the rest of
+  the config: it launches >= B groups, needs the TIS correction (tis_cap > 0), dense iid groups
+  without extra rounds, and prompts from memory."""
+  rl, opts = config.rl, config.rl.partial
+  if launch_groups(config) < rl.prompts_per_step:
+    raise ValueError(f"config.rl.partial.groups={opts.groups} is below prompts_per_step="
+                     f"{rl.prompts_per_step}; expected 0 or >= prompts_per_step")
+  if rl.tis_cap <= 0:
+    raise ValueError("config.rl.partial.enabled=True with config.rl.tis_cap=0; expected "
+                     "tis_cap > 0 (carried tokens are off-policy and are corrected by truncated "
+                     "importance sampling, e.g. --config.rl.tis_cap=2.0)")
+  clashes = {"rollout": (rl.rollout, "iid"), "max_group_size": (rl.max_group_size, 0),
+             "dynamic_sampling": (rl.dynamic_sampling, False),
+             "round_rules": (tuple(rl.round_rules), ())}
+  for name, (value, want) in clashes.items():
+    if value != want:
+      raise ValueError(f"config.rl.partial.enabled=True with config.rl.{name}={value!r}; "
+                       f"expected {name}={want!r}")
+  if advantages.declares(rl.advantage, "extra_rounds"):
+    raise ValueError(f"config.rl.partial.enabled=True with config.rl.advantage="
+                     f"{rl.advantage!r}; expected an estimator that draws no extra rounds of "
+                     "its own")
+  if config.data.source != "memory":
+    raise ValueError(f"config.rl.partial.enabled=True with config.data.source="
+                     f"{config.data.source!r}; expected 'memory'")
+
+
 def plan(ctx: StepContext, round_idx: int, rng: np.random.Generator) -> Requests:
   """The O groups launched this step: the carried groups, then O − C fresh prompts drawn with
   `rng` (`planner.draw_prompts`), G rows each."""
@@ -132,7 +161,8 @@ def _example(config, batch):
   return batch.replace(policy_version=np.zeros(np.shape(batch.tokens), np.int32))
 
 
-@engines.register("april", switch=enabled, plan=plan, example=_example, companion="april")
+@engines.register("april", switch=enabled, plan=plan, example=_example, companion="april",
+                  check=check_config)
 def april_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """One step's APRIL round over the launched groups (`plan`): the first B complete groups,
   with `policy_version`; the run's carry (companion 'april') is replaced in place by the groups

@@ -96,6 +96,8 @@ class Engine:
   switch: config -> bool; when set, the engine is not a value of `config.rl.rollout` but serves
     round 0 whenever switch(config) holds (APRIL: `rl.partial.enabled`).
   plan: (ctx, round_idx, rng) -> Requests, its own planner (None: `planner.plan`).
+  check: config -> None, raising ValueError naming the field for a config the method cannot run
+    (its options dataclass's `check_config`; `rollout.checks` runs it); None: nothing to check.
   """
 
   serve: Callable
@@ -106,6 +108,7 @@ class Engine:
   companion: Optional[str] = None
   switch: Optional[Callable] = None
   plan: Optional[Callable] = None
+  check: Optional[Callable] = None
 
 
 def register(name: str, **declared) -> Callable:
@@ -297,7 +300,7 @@ def iid_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
 EXTENSION_ENGINE = "iid"
 
 
-@register("latr", ragged=True)
+@register("latr", ragged=True, check=latr.LatrOptions.check_config)
 def latr_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """k_b = round(n_b·η) LATR tree rows (slot budget k_b of round(G_max·η), η from
   `rl.latr.mix_schedule`) + n_b − k_b independent rows per prompt, tree rows first.
@@ -359,7 +362,8 @@ def _eptree_select(ctx: StepContext, served: Served, rewards, requests: Requests
   return out, rewards[keep]
 
 
-@register("eptree", ragged=True, tree=True, select=_eptree_select, example=_eptree_example)
+@register("eptree", ragged=True, tree=True, select=_eptree_select, example=_eptree_example,
+          check=eptree.EPTreeOptions.check_config)
 def eptree_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """EPTree forests of Lv = M·(1 + L·N·T) leaves per prompt, every leaf served (scored, then
   `_eptree_select` keeps n_b). `rollout_tokens` counts the whole forest."""
@@ -373,7 +377,7 @@ def eptree_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Serv
       "rollout_tokens": out.decode_tokens, "tree_leaves": opts.leaves})
 
 
-@register("treepo", ragged=True, tree=True)
+@register("treepo", ragged=True, tree=True, check=treepo.TreePOOptions.check_config)
 def treepo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """A TreePO tree with a budget of n_b leaves per prompt in G_max slots; `rollout_tokens`
   counts each shared prefix once; `rl.treepo.segment='newline'` cuts segments at
@@ -394,7 +398,7 @@ def treepo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Serv
                     "tree_fork_prefix_mean": out.fork_prefix_tokens / max(out.num_forks, 1)})
 
 
-@register("echo", tree=True)
+@register("echo", tree=True, check=echo.EchoOptions.check_config)
 def echo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """An ECHO tree of G leaves per prompt (uniform requests only), recorded for the tree
   advantages."""
@@ -410,7 +414,7 @@ def echo_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served
                     "tree_pruned": int(out.num_pruned)})
 
 
-@register("arrol", companion="arrol")
+@register("arrol", companion="arrol", check=arrol.ArrolOptions.check_config)
 def arrol_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Served:
   """ceil(oversample·G) rows per prompt pruned to G at the checkpoint by the run's quality head
   (companion 'arrol'; uniform requests only); only the G survivors are served, with the head's
@@ -428,8 +432,3 @@ def arrol_engine(ctx: StepContext, requests: Requests, keys: RoundKeys) -> Serve
       "arrol/rows_pruned": pruned, "arrol/rows_stopped": int(out.pruned_live),
       "arrol/tokens_saved": int(out.saved_slot_steps),
       "arrol/pruned_tokens": int(out.pruned_tokens), "arrol/slot_steps": int(out.slot_steps)})
-
-
-# Compatibility names read by the config checks (rollout/checks.py).
-RAGGED_ROLLOUTS = ragged_modes()
-RAGGED_TREES = tree_modes()

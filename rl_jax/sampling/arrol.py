@@ -77,19 +77,25 @@ class ArrolOptions:
     rl, c = config.rl, config.rl.arrol
     if not (isinstance(c.oversample, (int, float)) and math.isfinite(c.oversample)
             and c.oversample >= 1):
-      raise ValueError(f"config.rl.arrol.oversample={c.oversample!r}: expected a number >= 1 "
-                       "(N0 = ceil(oversample * group_size) rows sampled per prompt)")
+      raise ValueError(f"config.rl.arrol.oversample={c.oversample!r}: expected a finite number "
+                       "in [1, inf) (N0 = ceil(oversample * group_size) rows sampled per prompt)")
     t = config.sampling.max_new_tokens
     if not 0 < c.prune_frac < 1 or not 1 <= round(c.prune_frac * t) < t:
       raise ValueError(f"config.rl.arrol.prune_frac={c.prune_frac!r} puts the checkpoint at "
                        f"round(prune_frac * max_new_tokens={t}) = {round(c.prune_frac * t)} "
                        f"tokens; expected a fraction in (0, 1) giving 1 <= t_p < {t}")
-    if not c.lr > 0 or c.updates < 0:
-      raise ValueError(f"config.rl.arrol.lr={c.lr!r} / updates={c.updates!r}: expected lr > 0 "
-                       "and updates >= 0")
+    if not (isinstance(c.lr, (int, float)) and math.isfinite(c.lr) and c.lr > 0):
+      raise ValueError(f"config.rl.arrol.lr={c.lr!r}: expected a finite number in (0, inf)")
+    if not isinstance(c.updates, int) or c.updates < 0:
+      raise ValueError(f"config.rl.arrol.updates={c.updates!r}: expected an integer >= 0")
     n = rl.group_size
     return cls(oversample=int(math.ceil(c.oversample * n - 1e-9)), keep=n,
                prune_at=int(round(c.prune_frac * t)), rule=c.rule, rho=c.rho)
+
+  @classmethod
+  def check_config(cls, config) -> None:
+    """ValueError naming the field for `config.rl.arrol` out of range."""
+    cls.from_config(config)
 
   def __post_init__(self):
     if not 1 <= self.keep <= self.oversample:
@@ -99,7 +105,7 @@ class ArrolOptions:
       raise ValueError(f"config.rl.arrol.prune_frac gives a checkpoint at t_p={self.prune_at} "
                        "tokens; expected t_p >= 1")
     if self.rule not in KEEP_RULES:
-      raise ValueError(f"config.rl.arrol.rule={self.rule!r}; expected one of "
+      raise ValueError(f"config.rl.arrol.rule={self.rule!r}: expected one of "
                        f"{list(KEEP_RULES.names())}")
     if not 0.0 <= self.rho <= 1.0:
       raise ValueError(f"config.rl.arrol.rho={self.rho!r}; expected a number in [0, 1]")

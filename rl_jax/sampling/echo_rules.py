@@ -7,6 +7,7 @@ statistics H_t and C_t from the top-k next-token log-probs, their windowed means
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import flax.struct
 import jax
@@ -70,6 +71,15 @@ class EchoOptions:
     """`config.rl.echo` -> EchoOptions (every field by name)."""
     return cls(**config.rl.echo.to_dict())
 
+  @classmethod
+  def check_config(cls, config) -> None:
+    """ValueError naming the field for `config.rl.echo` out of range, or `branch_roots` not
+    below `rl.group_size` (the other slots hold the branches; 0 = no branching)."""
+    opts, g = cls.from_config(config), config.rl.group_size
+    if opts.branch_roots >= g:
+      raise ValueError(f"config.rl.echo.branch_roots={opts.branch_roots}: expected fewer than "
+                       f"group_size={g} (the other slots hold the branches; 0 = no branching)")
+
   def __post_init__(self):
     bad = lambda field, expected: ValueError(
         f"config.rl.echo.{field}={getattr(self, field)!r}: expected {expected}")
@@ -80,6 +90,16 @@ class EchoOptions:
     for name in ("min_depth", "branch_roots"):
       if getattr(self, name) < 0:
         raise bad(name, "an integer >= 0")
+    for name in ("entropy_high", "entropy_low", "branch_threshold", "entropy_delta_threshold",
+                 "prune_threshold", "tail_threshold", "delta_upper", "alpha", "beta"):
+      if not math.isfinite(getattr(self, name)):
+        raise bad(name, "a finite number")
+    for name in ("alpha", "beta"):
+      if getattr(self, name) < 0:
+        raise bad(name, "a finite number in [0, inf)")
+    for name in ("prune", "nested"):
+      if not isinstance(getattr(self, name), bool):
+        raise bad(name, "one of [True, False]")
     if self.confidence not in CONFIDENCES:
       raise bad("confidence", f"one of {list(CONFIDENCES)}")
     if self.conf_top_k > self.top_k:

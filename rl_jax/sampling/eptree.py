@@ -61,6 +61,14 @@ class EPTreeOptions:
                branches=c.branches, min_tokens_left=c.min_tokens_left,
                min_prefix_fraction=c.min_prefix_fraction)
 
+  @classmethod
+  def check_config(cls, config) -> None:
+    """ValueError: `config.rl.eptree` out of range, or fewer leaves than rl.(max_)group_size."""
+    rl, leaves = config.rl, cls.from_config(config).leaves
+    for f in [f for f in ("group_size", "max_group_size") if rl[f] > leaves]:
+      raise ValueError(f"config.rl.{f}={rl[f]} exceeds the {leaves} leaves per prompt of config."
+                       "rl.eptree (num_chains·(1 + rounds·forks_per_round·branches))")
+
   def __post_init__(self):
     for name in ("num_chains", "forks_per_round", "branches"):
       if getattr(self, name) < 1:

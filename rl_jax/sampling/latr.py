@@ -61,6 +61,17 @@ class LatrOptions:
         rl_threshold=off(c.rl_threshold), thres_init=c.thres_init, thres_decay=c.thres_decay,
         force_return_step=c.force_return_step, fill=c.fill)
 
+  @classmethod
+  def check_config(cls, config) -> None:
+    """ValueError naming the field for `config.rl.latr` out of range (the options, and
+    `mix_schedule`: (step, eta) pairs sorted by step, eta in [0, 1])."""
+    cls.from_config(config)
+    schedule = config.rl.latr.mix_schedule
+    steps = [s for s, _ in schedule]
+    if steps != sorted(steps) or any(not 0 <= e <= 1 for _, e in schedule):
+      raise ValueError(f"config.rl.latr.mix_schedule must be (step, eta) pairs sorted by step "
+                       f"with eta in [0, 1], got {schedule}")
+
   def __post_init__(self):
     if not self.windows or min(self.windows) < 1:
       raise ValueError(f"LatrOptions.windows must be positive window lengths, got {self.windows}")

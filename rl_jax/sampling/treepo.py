@@ -55,6 +55,11 @@ class TreePOOptions:
                segment=c.segment,
                delimiters=tuple(int(i) for i in delimiters) if c.segment == "newline" else ())
 
+  @classmethod
+  def check_config(cls, config) -> None:
+    """ValueError naming the field for `config.rl.treepo` out of range."""
+    cls.from_config(config)
+
   def __post_init__(self):
     for name in ("segment_len", "first_width", "branches"):
       if getattr(self, name) < 1:

@@ -1,13 +1,13 @@
-"""Range checks of an experiment config, run before anything is built or trained.
+"""The one check of an experiment config (`check`), run by `train.loop.run` before any compute.
 
-`ml_collections` already refuses a value of the wrong type for a field (`--config.rl.steps=abc`
-is a flag error naming the field) and `experiments/run.py` refuses unknown fields. What remains
-is values of the right type but out of range (`rl.steps=-1`, `sampling.top_p=0`, a NaN learning
-rate): `check` raises `ConfigError` naming the field, the value and what was expected, instead of
-an error from deep inside JAX, numpy or orbax minutes later. So do a name no registry holds
-(`rl.advantage='grpoo'`, with the closest name: `check_names`), model shapes that do not divide
-(`check_model`), a group-relative advantage over one-row groups, and a work dir that is a file or
-cannot be written (`check_workdir`).
+In: a ConfigDict (types already enforced by ml_collections, unknown fields by experiments/run.py;
+fields missing from an older config are skipped). Out: None, or `ConfigError` (a ValueError) on
+the first problem, one line naming the field, the value and what was expected. Order: registry
+names (`check_names`, with the closest name), model shapes and one-row groups (`check_model`),
+the task (`check_task`), single-field ranges (`RULES`; each field in one place: a method's own
+section is checked by its options dataclass instead), then the cross-field checks of the rollout
+side (`rollout.checks`: every registry entry the config turns on runs its declared `check`) and
+of process rewards. No method is named here. `check_workdir` checks the work dir.
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ from typing import Any, Callable
 
 import ml_collections
 
+from rl_jax import experiment
 from rl_jax import rewards as rewards_lib
 from rl_jax.data import math_tasks
 from rl_jax.rewards import contained
 from rl_jax.rl import advantages, allocation, losses
+from rl_jax.rl.advantages import v05
 from rl_jax.rollout import checks as rollout_checks
 from rl_jax.rollout import engines as rollout_engines
 from rl_jax.rollout import rules
-from rl_jax.sampling import arrol, echo_rules, engines, treepo
+from rl_jax.sampling import engines
 from rl_jax.value import priors
 from rl_jax.value.prm import process
 from rl_jax.value.v0 import model as v0_model
@@ -60,18 +62,12 @@ def _registry_names() -> dict[str, tuple]:
       "rl.process_reward": tuple(process.PROCESS_REWARDS),
       "rl.rewards": tuple(rewards_lib.REWARDS.names()),
       "rl.round_rules": tuple(rules.ROUND_RULES.names()),
-      "rl.arrol.rule": tuple(arrol.KEEP_RULES.names()),
       "value.v0.head": tuple(v0_model.HEADS.names()),
       "rl.optim.schedule": ("constant", "cosine", "linear"),
       "sft.optim.schedule": ("constant", "cosine", "linear"),
-      "tokenizer.kind": ("sentencepiece", "hf"),
-      "data.source": ("memory", "grain"),
+      "tokenizer.kind": experiment.TOKENIZER_KINDS,
+      "data.source": experiment.DATA_SOURCES,
   }
-
-
-# Advantages that compare a row with the other rows of its group: one row per group gives 0.
-GROUP_RELATIVE = ("grpo", "drgrpo", "rloo", "opo", "grpo_passk", "mc_grpo", "gdpo", "gdpo_verl",
-                  "reinforce_pp_baseline", "v05")
 
 
 def check_names(config: ml_collections.ConfigDict) -> None:
@@ -91,7 +87,7 @@ def check_names(config: ml_collections.ConfigDict) -> None:
 
 def check_model(config: ml_collections.ConfigDict) -> None:
   """Model shapes (a random-init model; a checkpoint's own config.json decides otherwise) and a
-  group-relative advantage over groups of one row."""
+  group-relative advantage (its entry declares `group_relative`) over groups of one row."""
   m = _get(config, "model")
   if m is not _MISSING and not m.get("path") and "d_model" in m:
     if m.d_model % m.n_heads:
@@ -102,7 +98,8 @@ def check_model(config: ml_collections.ConfigDict) -> None:
                         f"{m.n_kv_heads}: expected n_heads to be a multiple of n_kv_heads")
   rl = _get(config, "rl")
   if (rl is not _MISSING and "group_size" in rl and rl.group_size == 1
-      and rl.get("advantage") in GROUP_RELATIVE and not rl.get("max_group_size")):
+      and advantages.declares(rl.get("advantage"), "group_relative")
+      and not rl.get("max_group_size")):
     raise ConfigError(f"config.rl.group_size=1 with config.rl.advantage={rl.advantage!r}: a "
                       "group-relative advantage is 0 for every row of a one-row group; expected "
                       "group_size >= 2")
@@ -242,35 +239,18 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rl.reward_max_failed_steps": _int(0),
     "rl.rows": _int(0),
     "rl.max_group_size": _int(0),
+    **{f"rl.allocation.{f}": _int(0) for f in (
+        "min_n", "probe", "history_steps", "history_rollouts", "candidates")},
     "rl.success_threshold": _real(0.0, 1.0, hi_open=True),
     "rl.v05.n_max": _int(1),
     "rl.v05.alpha": _real(0.0, 1.0, lo_open=True, hi_open=True),
-    "rl.v05.test": _one_of(("z", "binomial")),
-    "rl.v05.fusion": _one_of(("variance", "beta")),
+    "rl.v05.test": _one_of(v05.TESTS),
+    "rl.v05.fusion": _one_of(v05.FUSIONS),
     "rl.v05.sigma0_sq": _real(0.0),
     "rl.v05.std_eps": _real(0.0),
     "rl.v05.prior_window": _int(0),
     "rl.v05.prior_pseudo_count": _real(0.0, lo_open=True),
-    "rl.treepo.segment": _one_of(treepo.SEGMENTS),
-    "rl.arrol.oversample": _real(1.0),
-    "rl.arrol.prune_frac": _real(0.0, 1.0, lo_open=True, hi_open=True),
-    "rl.arrol.rule": _one_of(tuple(arrol.KEEP_RULES.names())),
-    "rl.arrol.rho": _real(0.0, 1.0),
-    "rl.arrol.lr": _real(0.0, lo_open=True),
-    "rl.arrol.updates": _int(0),
     **_optim("rl.optim"),
-    # ECHO (rl_jax/sampling/echo_rules.py; cross-field rules in EchoOptions).
-    **{f"rl.echo.{f}": _int(1) for f in (
-        "top_k", "conf_top_k", "entropy_window", "group_window", "tail_window", "min_branches",
-        "max_branches", "tail_decline_steps", "delta_rise_steps")},
-    **{f"rl.echo.{f}": _int(0) for f in ("min_depth", "branch_roots")},
-    **{f"rl.echo.{f}": (_num, "a finite number") for f in (
-        "entropy_high", "entropy_low", "branch_threshold", "entropy_delta_threshold",
-        "prune_threshold", "tail_threshold", "delta_upper")},
-    **{f"rl.echo.{f}": _real(0.0) for f in ("alpha", "beta")},
-    "rl.echo.confidence": _one_of(echo_rules.CONFIDENCES),
-    "rl.echo.prune": _one_of((True, False)),
-    "rl.echo.nested": _one_of((True, False)),
     "control.steps": _int(0),
     "eval.num_samples": _int(1),
     "eval.batch_size": _int(1),

@@ -24,7 +24,7 @@ from rl_jax.data.batching import LengthBuckets
 from rl_jax.experiment import Experiment
 from rl_jax.metrics import MetricsWriter, ProgressBar
 from rl_jax.rewards import contained
-from rl_jax.rollout import checks, collect
+from rl_jax.rollout import collect
 from rl_jax.rollout.requests import StepContext
 from rl_jax.train import companions as companions_lib
 from rl_jax.train import hyper as hyper_lib
@@ -284,7 +284,6 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None, *,
   `after_rollout` -> `steps.rl_step` -> companions' `after_step`.
   """
   cfg = exp.config.rl
-  checks.check_config(exp.config)
   # Every iteration on a rollout is an optimizer update: the schedule counts all of them.
   tx = make_optimizer(cfg.optim, cfg.steps * cfg.num_iterations)
   stream = problem_stream(exp, "rl", cfg.prompts_per_step)

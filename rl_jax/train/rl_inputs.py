@@ -1,7 +1,7 @@
 """What `steps.rl_step` computes from a rollout before the gradient: rewards -> advantages,
 truncated importance weights, whole-batch loss normalizers, micro-batch splits, batch metrics.
 
-All functions are pure and jittable (shapes static); `hyper` is a `steps.RLHyper`.
+All functions are pure and jittable (shapes static); `hyper` is a `hyper.RLHyper`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,17 @@
 """Pure train steps: `step(state, ..., batch, *, hyper) -> (state, metrics)`.
 
-They are jitted once in the loop with explicit shardings and donation; the hyper-parameters
-that change the program are frozen dataclasses passed as static arguments.
-
-`rl_step` is the whole update on one rollout batch: rewards -> advantages (`rl_inputs`), then
-`num_iterations` optimizer updates, each accumulating gradients over `num_minibatches`
-micro-batches with the loss normalizers of the whole batch (docs/algorithms.md §2.6).
-
-Mixed precision: the state's parameters are the master weights (with the optimizer moments in
-their dtype, `config.train.master_dtype`). Each update runs the model on one copy of them in
-`model_cfg.param_dtype` (`models.cast_params`, once per update, outside the micro-batch loop) with
-activations in `model_cfg.dtype`; gradients are cast back to the master dtype and accumulated
-there, and log-probs, losses and normalizers are float32 throughout. With float32 everywhere
-(the default) the casts are absent and the program is the plain float32 one.
+In: a TrainState (master weights and optimizer state, `config.train.master_dtype`), one batch
+(`SFTBatch`, or a `Rollout` and its rewards) and static settings (`model_cfg`; `hyper.RLHyper`,
+a jit static argument). Out: the new state and scalar metrics. Invariants: a step whose loss or
+gradient norm is not finite is not applied (`finite_or_skip`, metric `nonfinite`); log-probs,
+losses and normalizers are float32; the model runs on one `model_cfg.param_dtype` copy of the
+master weights per update and gradients accumulate in the master dtype (float32 throughout: no
+casts). `rl_step`: rewards -> advantages (`rl_inputs`), then `num_iterations` updates, each over
+`num_minibatches` micro-batches with the normalizers of the whole batch (docs/algorithms.md §2.6).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -27,6 +21,7 @@ import jax.numpy as jnp
 from rl_jax import models
 from rl_jax.rl import logprobs, losses
 from rl_jax.train import rl_inputs
+from rl_jax.train.hyper import RLHyper
 from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout, SFTBatch, check_rollout, check_sft_batch
 
@@ -61,89 +56,6 @@ def finite_or_skip(old: TrainState, new: TrainState, metrics: dict) -> tuple[Tra
   ok = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"])
   state = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
   return state, dict(metrics, nonfinite=1.0 - ok.astype(jnp.float32))
-
-
-@dataclasses.dataclass(frozen=True)
-class RLHyper:
-  """Static RL hyper-parameters of the update (hashable; built from `config.rl`).
-
-  Attributes:
-    group_size: rows per prompt. For `mc_grpo` this is G+1 (the pivot row included): MC-GRPO
-      with G=2 means group_size=3.
-    advantage: registered estimator name (`rl_jax.rl.advantages`).
-    advantage_options: sorted (key, value) pairs passed to the estimator.
-    loss: registered policy-loss kind (`rl_jax.rl.losses`).
-    loss_options: sorted (key, value) keyword options passed to the loss (`losses.LOSS_OPTIONS`).
-    loss_behav_logp: the loss also gets `behav_logp=` the rollout's log-probs (`Rollout.logp`,
-      the sampler's: the policy that generated each token, an earlier one for APRIL's carried
-      rows), beside the PPO ratio's `old_logp`.
-    clip_low, clip_high, clip_ratio_c: PPO clip range and dual-clip constant.
-    kl_coef: beta of the KL to the reference policy (0 = off, no reference pass).
-    kl_kind: KL estimator of the loss term ('k1', 'k2', 'k3', 'abs').
-    kl_in_reward: put the KL in the reward instead of the loss (always k1; see
-      `rl_inputs.advantages`).
-    aggregation: loss aggregation mode.
-    temperature: the rollout temperature (the trainer's log-probs use the same scaling).
-    sft_coef: weight of an extra cross-entropy term on the *correct* samples (first reward
-      component >= 1); 0 = plain policy gradient.
-    reward_weights: weights w_k of the K reward components (() = all 1). Scalar estimators see
-      `r = Σ_k w_k r_k`; multi-reward ones (`rl_inputs.MULTI_REWARD`) get [B, G, K] and w.
-    num_minibatches: micro-batches per update (gradient accumulation: one optimizer update on the
-      gradient of the whole batch, computed in `num_minibatches` pieces to bound memory).
-    num_iterations: optimizer updates on the same rollout. The PPO ratio is always taken against
-      the behaviour log-probs, so from the second update on ρ != 1 and clipping acts.
-    tis_cap: truncated importance sampling cap C (0 = off); see `rl_inputs.tis_weights`.
-    process_reward: 'none', or the process estimator (`rl.process_rewards.PROCESS_ADVANTAGES`)
-      that turns the outcome advantage and the rollout's step rewards into token advantages.
-    process_options: its sorted (key, value) options.
-    shared_prompts: the G rows of each group share one prompt (every rollout mode builds its
-      batch that way), so the reference pass and the policy's forward and backward run each
-      prompt once per group (`logprobs.completion_logprobs(group_size=G)`): the same loss with
-      fewer FLOPs. Micro-batches then hold whole groups. Off for ragged batches.
-    num_groups, max_group_size: a ragged batch (`rollout.requests`, docs/algorithms.md §0 pattern 2)
-      of B = num_groups prompts with at most G_max = max_group_size rows each, grouped by
-      `rollout.group`; 0 = the dense layout (groups of `group_size` contiguous rows).
-  """
-
-  group_size: int
-  advantage: str = "grpo"
-  advantage_options: tuple = ()
-  loss: str = "ppo"
-  loss_options: tuple = ()
-  loss_behav_logp: bool = False
-  clip_low: float = 0.2
-  clip_high: float = 0.2
-  clip_ratio_c: float = 3.0
-  kl_coef: float = 0.0
-  kl_kind: str = "k3"
-  kl_in_reward: bool = False
-  aggregation: str = "token-mean"
-  temperature: float = 1.0
-  sft_coef: float = 0.0
-  reward_weights: tuple = ()
-  num_minibatches: int = 1
-  num_iterations: int = 1
-  tis_cap: float = 0.0
-  shared_prompts: bool = False
-  num_groups: int = 0
-  max_group_size: int = 0
-  process_reward: str = "none"
-  process_options: tuple = ()
-
-  @property
-  def prompt_group(self) -> int:
-    """Rows per shared prompt in the log-prob passes (1 = every row runs its own prompt)."""
-    return self.group_size if self.shared_prompts and not self.max_group_size else 1
-
-  def __post_init__(self):
-    if self.num_minibatches < 1 or self.num_iterations < 1:
-      raise ValueError(f"num_minibatches and num_iterations must be >= 1, got "
-                       f"{self.num_minibatches} and {self.num_iterations}")
-    if self.tis_cap < 0:
-      raise ValueError(f"tis_cap must be >= 0 (0 = off), got {self.tis_cap}")
-    if self.max_group_size and self.num_groups < 1:
-      raise ValueError(f"a ragged batch (max_group_size={self.max_group_size}) needs "
-                       f"num_groups >= 1, got {self.num_groups}")
 
 
 def rl_step(state: TrainState, ref_params: Any, rollout: Rollout, rewards: jax.Array, *,

@@ -15,7 +15,7 @@ from rl_jax.rl.advantages import v05
 from rl_jax.rollout import checks, collect, engines
 from rl_jax.rollout import requests as requests_lib
 from rl_jax.rollout.requests import StepContext
-from rl_jax.train import phases
+from rl_jax.train import config_check, phases
 from rl_jax.train import hyper as hyper_lib
 from rl_jax.types import Rollout
 from rl_jax.value import priors
@@ -182,7 +182,7 @@ def test_v05_config_errors(smoke_config):
   smoke_config.rl.update(max_group_size=16)
   smoke_config.rl.v05.prior = "bogus"
   with pytest.raises(ValueError, match="config.rl.v05.prior='bogus'"):
-    checks.check_config(smoke_config)
+    config_check.check(smoke_config)
 
 
 # XLA optimizations off: compiling the smoke RL phase is most of its time; the metrics' presence

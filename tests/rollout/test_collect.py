@@ -14,9 +14,9 @@ import pytest
 
 from rl_jax import experiment
 from rl_jax.metrics import MetricsWriter, read_metrics
-from rl_jax.rollout import checks, collect, engines, pool, rules
+from rl_jax.rollout import collect, engines, pool, rules
 from rl_jax.rollout.requests import Requests, StepContext
-from rl_jax.train import phases
+from rl_jax.train import config_check, phases
 from rl_jax.types import Rollout
 
 T = 5
@@ -159,7 +159,7 @@ def test_tree_rollout_config_errors(smoke_config, field, value, match):
     section, _, key = field.rpartition(".")
     (smoke_config.rl[section] if section else smoke_config.rl)[key] = value
   with pytest.raises(ValueError, match=match):
-    checks.check_config(smoke_config)
+    config_check.check(smoke_config)  # The one pass: registry names, then the rollout checks.
 
 
 @pytest.mark.parametrize("mode,advantage", [("latr", "grpo"), ("eptree", "treerl_code")])

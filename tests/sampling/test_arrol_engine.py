@@ -125,7 +125,7 @@ def test_bad_options():
     arrol.ArrolOptions(oversample=4, keep=5, prune_at=2)
   with pytest.raises(ValueError, match=r"t_p=0 tokens; expected t_p >= 1"):
     arrol.ArrolOptions(oversample=4, keep=2, prune_at=0)
-  with pytest.raises(ValueError, match=r"config.rl.arrol.rule='median'; expected one of"):
+  with pytest.raises(ValueError, match=r"config.rl.arrol.rule='median': expected one of"):
     arrol.ArrolOptions(oversample=4, keep=2, prune_at=2, rule="median")
   with pytest.raises(ValueError, match=r"config.rl.arrol.rho=1.5"):
     arrol.ArrolOptions(oversample=4, keep=2, prune_at=2, rho=1.5)

@@ -20,7 +20,7 @@ import pytest
 from rl_jax import models
 from rl_jax.rl import logprobs, losses
 from rl_jax.rl.advantages import group
-from rl_jax.train import rl_inputs
+from rl_jax.train import config_check, rl_inputs
 from rl_jax.train import steps as steps_lib
 from rl_jax.train_state import TrainState
 from rl_jax.types import Rollout
@@ -190,14 +190,19 @@ def test_tis_weights_are_capped_ratios():
   np.testing.assert_allclose(w, [[1.2, np.exp(-1.0), 0.0]], rtol=1e-6)
 
 
-def test_tis_weight_metric_and_bad_hyper():
+def test_tis_weight_metric_and_bad_hyper(smoke_config):
   params, ref, batch = _inputs(noise=0.3)
   # The hyper-parameters of the first micro-batch test (its compiled step is reused).
   _, metrics = _step(steps_lib.RLHyper(group_size=G, kl_coef=0.1, kl_kind="k3", sft_coef=0.5,
                                        tis_cap=1.5, num_minibatches=2), params, ref, batch)
   assert 0 < float(metrics["tis_weight_mean"]) <= 1.5
-  with pytest.raises(ValueError, match="num_minibatches"):
-    steps_lib.RLHyper(group_size=G, num_minibatches=0)
+  # Ranges are checked once, in the config check; RLHyper refuses only an incoherent layout.
+  smoke_config.rl.num_minibatches = 0
+  with pytest.raises(config_check.ConfigError,
+                     match=r"config.rl.num_minibatches=0: expected an integer >= 1"):
+    config_check.check(smoke_config)
+  with pytest.raises(ValueError, match="needs num_groups >= 1"):
+    steps_lib.RLHyper(group_size=G, max_group_size=8)
   with pytest.raises(ValueError, match="do not split into 3 micro-batches"):
     rl_inputs.split_rows(jnp.zeros((R, T)), 3)
   x = jnp.arange(R * 2).reshape(R, 2)

@@ -46,13 +46,17 @@ def get(name: str) -> Callable[..., AdvOut]:
   return ADVANTAGES.get(name)
 
 
-# What an entry declares (an attribute of its function; False when absent), read by the rollout
-# and train code instead of naming estimators:
+# What an entry declares at `ADVANTAGES.register(name, ...)` (False when absent), read by the
+# rollout and train code instead of naming estimators:
+#   group_relative: compares a row with the other rows of its group (one row per group gives 0);
 #   multi_reward: takes every reward component [B, G, K], not the weighted scalar [B, G];
 #   token_level: returns adv [B, G, T] (needs `mask`), not one advantage per row;
 #   per_row_prior: reads the batch's per-row prior (p0, w) [B, G, 2], which the round rule that
-#     declares it wanted (`rollout.rules`) computes and writes.
-TRAITS = ("multi_reward", "token_level", "per_row_prior")
+#     declares it wanted (`rollout.rules`) computes and writes;
+#   extra_rounds: draws extra generation rounds of its own (that round rule).
+# Entries may also declare `check(config)` (its config check) and `config_options(config)` (its
+# keyword options from its config section).
+TRAITS = ("group_relative", "multi_reward", "token_level", "per_row_prior", "extra_rounds")
 
 
 def declares(name: str, trait: str) -> bool:
@@ -60,7 +64,7 @@ def declares(name: str, trait: str) -> bool:
   name (the config check names it)."""
   if trait not in TRAITS:
     raise ValueError(f"unknown advantage trait {trait!r}; expected one of {TRAITS}")
-  return name in ADVANTAGES and bool(getattr(ADVANTAGES.get(name), trait, False))
+  return bool(ADVANTAGES.declared(name, trait, False))
 
 
 # ----------------------------------------------------------------------------

@@ -35,7 +35,7 @@ def _grouped(r: Array, v: Array, mode: str, eps: float, impl: str) -> Array:
   return adv.reshape(b, g)
 
 
-@ADVANTAGES.register('grpo')
+@ADVANTAGES.register('grpo', group_relative=True)
 def grpo(rewards: Array, valid: Array, *, eps: float = 1e-6,
          scale: str = 'group', impl: str = 'auto') -> AdvOut:
   """GRPO: `A_i = (r_i − mean_j r_j) / (std_j r_j + ε)` (§1.1).
@@ -60,14 +60,14 @@ def grpo(rewards: Array, valid: Array, *, eps: float = 1e-6,
   return finish((r - mu) / (all_stats(r, v)[1] + eps), v)
 
 
-@ADVANTAGES.register('drgrpo')
+@ADVANTAGES.register('drgrpo', group_relative=True)
 def drgrpo(rewards: Array, valid: Array) -> AdvOut:
   """Dr.GRPO: `A_i = r_i − mean_j r_j` (§1.2); pair with a constant-normaliser
   aggregation ('seq-mean-token-sum-norm' or 'dr-grpo')."""
   return grpo(rewards, valid, scale='none')
 
 
-@ADVANTAGES.register('rloo')
+@ADVANTAGES.register('rloo', group_relative=True)
 def rloo(rewards: Array, valid: Array, *, impl: str = 'auto') -> AdvOut:
   """RLOO: `A_i = r_i − 1/(n−1) Σ_{j≠i} r_j = (n r_i − Σ_j r_j)/(n−1)` (§1.3).
 
@@ -77,7 +77,7 @@ def rloo(rewards: Array, valid: Array, *, impl: str = 'auto') -> AdvOut:
   return finish(_grouped(r, v, 'loo', 0.0, impl), v)
 
 
-@ADVANTAGES.register('opo')
+@ADVANTAGES.register('opo', group_relative=True)
 def opo(rewards: Array, valid: Array, *, lengths: Array) -> AdvOut:
   """OPO: `A_i = r_i − b`, `b = Σ_j L_j r_j / Σ_j L_j` (§1.7, verl).
 
@@ -96,7 +96,7 @@ def opo(rewards: Array, valid: Array, *, lengths: Array) -> AdvOut:
   return finish(r - b, v)
 
 
-@ADVANTAGES.register('grpo_passk')
+@ADVANTAGES.register('grpo_passk', group_relative=True)
 def grpo_passk(rewards: Array, valid: Array, *, eps: float = 1e-6,
                norm_by_std: bool = True) -> AdvOut:
   """GRPO pass@k (verl): only the best member gets `r_max − r_second` (§1.7).
@@ -118,7 +118,7 @@ def grpo_passk(rewards: Array, valid: Array, *, eps: float = 1e-6,
   return finish(a, v)
 
 
-@ADVANTAGES.register('mc_grpo')
+@ADVANTAGES.register('mc_grpo', group_relative=True)
 def mc_grpo(rewards: Array, valid: Array, *, mad_eps: float = 1e-3,
             rescale_nonzero: bool = False) -> AdvOut:
   """MC-GRPO: median-centred, MAD-scaled, pivot excluded (§1.5).
@@ -170,7 +170,7 @@ def _gdpo_pre(r: Array, v: Array, weights: Optional[Sequence[float]],
   return jnp.sum(per * w, axis=-1)
 
 
-@ADVANTAGES.register('gdpo')
+@ADVANTAGES.register('gdpo', group_relative=True, multi_reward=True)
 def gdpo(rewards: Array, valid: Array, *,
          weights: Optional[Sequence[float]] = None,
          eps: float = 1e-4) -> AdvOut:
@@ -196,7 +196,7 @@ def gdpo(rewards: Array, valid: Array, *,
 # Token-level estimators, [B, G] (+ mask [B, G, T]) -> [B, G, T].
 
 
-@ADVANTAGES.register('gdpo_verl')
+@ADVANTAGES.register('gdpo_verl', group_relative=True, multi_reward=True, token_level=True)
 def gdpo_verl(rewards: Array, valid: Array, *, mask: Array,
               weights: Optional[Sequence[float]] = None,
               eps: float = 1e-6) -> AdvOut:
@@ -226,7 +226,7 @@ def _discounted_returns(tok_r: Array, m: Array, gamma: float) -> Array:
   return jnp.moveaxis(g, 0, -1)
 
 
-@ADVANTAGES.register('reinforce_pp')
+@ADVANTAGES.register('reinforce_pp', token_level=True)
 def reinforce_pp(rewards: Array, valid: Array, *, mask: Array,
                  gamma: float = 1.0, token_kl: Optional[Array] = None,
                  kl_coef: float = 0.0) -> AdvOut:
@@ -258,7 +258,7 @@ def reinforce_pp(rewards: Array, valid: Array, *, mask: Array,
   return lax.stop_gradient(masked_whiten(ret, m) * m), v
 
 
-@ADVANTAGES.register('reinforce_pp_baseline')
+@ADVANTAGES.register('reinforce_pp_baseline', group_relative=True, token_level=True)
 def reinforce_pp_baseline(rewards: Array, valid: Array, *,
                           mask: Array) -> AdvOut:
   """REINFORCE++-baseline (§1.4): `A = masked_whiten(s broadcast, m)·m`.
@@ -272,11 +272,3 @@ def reinforce_pp_baseline(rewards: Array, valid: Array, *,
   _, mu, _ = group_stats(r, v)
   s = token_advantages(r - mu, m)
   return lax.stop_gradient(masked_whiten(s, m) * m), v
-
-
-# Declared traits (`base.TRAITS`).
-gdpo.multi_reward = True
-gdpo_verl.multi_reward = True
-gdpo_verl.token_level = True
-reinforce_pp.token_level = True
-reinforce_pp_baseline.token_level = True

@@ -97,7 +97,33 @@ def next_size(n: int, n_max: int) -> int:
   return min(2 * int(n), int(n_max))
 
 
-@ADVANTAGES.register("v05")
+def check_config(config) -> None:
+  """ValueError naming the field for a `config.rl` V0.5 cannot run with: it needs ragged
+  groups that hold n_max rows, draws its own extra rounds (no dynamic_sampling), and clips p0
+  into (0, 1)."""
+  rl, v = config.rl, config.rl.v05
+  if not rl.group_size <= v.n_max <= rl.max_group_size:
+    raise ValueError(f"config.rl.advantage='v05' with group_size={rl.group_size}, "
+                     f"v05.n_max={v.n_max}, max_group_size={rl.max_group_size}; expected "
+                     "group_size <= v05.n_max <= max_group_size (ragged groups, e.g. "
+                     "--config.rl.max_group_size=16 --config.rl.rows=2*B*G)")
+  if rl.dynamic_sampling:
+    raise ValueError("config.rl.advantage='v05' with dynamic_sampling=True; expected "
+                     "dynamic_sampling=False (V0.5 draws its own extra rounds)")
+  if not 0 < v.p0_clip[0] < v.p0_clip[1] < 1:
+    raise ValueError(f"config.rl.v05.p0_clip={tuple(v.p0_clip)}; expected (lo, hi) with "
+                     "0 < lo < hi < 1")
+
+
+def config_options(config) -> dict:
+  """The estimator's keyword options from `config.rl.v05` (`rl.advantage_options` wins)."""
+  return {"scale_by_std": bool(config.rl.v05.scale_by_std), "eps": float(config.rl.v05.std_eps)}
+
+
+# Declared: its config check, its options from the config, that it draws extra rounds of its
+# own (a round rule of `rollout.rules`), compares a row with its group and reads a per-row prior.
+@ADVANTAGES.register("v05", check=check_config, config_options=config_options,
+                     extra_rounds=True, group_relative=True, per_row_prior=True)
 def v05(rewards, valid, *, prior, scale_by_std: bool = False, eps: float = 1e-6):
   """V0.5 advantages [B, G]: A_i = r_i − b, b = w p0 + (1 − w) r̄ (docs/algorithms.md §4.2, [R]).
 
@@ -130,6 +156,3 @@ def critical_z(alpha: float) -> float:
   if not 0 < alpha < 1:
     raise ValueError(f"config.rl.v05.alpha={alpha}; expected a level in (0, 1)")
   return statistics.NormalDist().inv_cdf(1.0 - alpha / 2.0)
-
-
-v05.per_row_prior = True  # Declared trait (`base.TRAITS`): the batch carries (p0, w) per row.

@@ -122,6 +122,9 @@ class Allocator:
   # False: the counts follow from the budget alone (no history, no state, no probe round), so the
   # planner may run it without the history's statistics (`rollout.planner.allocate`).
   reads_history = True
+  needs_prior = False  # True: cannot allocate without `config.rl.allocator_prior`.
+  # True: every prompt gets the same row count (runs in dense groups, needs no ragged layout).
+  equal_counts = False
 
   def init_state(self) -> dict:
     return {}
@@ -216,7 +219,7 @@ def uniform_counts(budget: Budget) -> np.ndarray:
 class Uniform(Allocator):
   """Today's behaviour: every prompt gets `total // B` rows (the first `total % B` one more);
   with total = B·G exactly G each."""
-
+  equal_counts = True
   reads_history = False
 
   def allocate(self, stats, budget, state, rng):

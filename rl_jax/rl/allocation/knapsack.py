@@ -175,6 +175,7 @@ class V0Allocation(Allocator):
   value with `p̂` in place of the historical rate (greedy == DP). Needs `stats.p_hat`.
   With `reconstructed=False` there is no published rule to fall back on: it raises."""
   reads_prior = True
+  needs_prior = True
   delta: float = 0.05
   reconstructed: bool = True
 
