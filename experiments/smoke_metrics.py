@@ -15,7 +15,8 @@ run: `IDENTICAL`, or the first difference (line, key, both values; a missing fil
 line count). Exit status 1 on any difference.
 
 Together the runs reach every rollout engine, the refill decode loop, V0.5, APRIL with the
-MinPRO loss, ragged groups under an allocator, dynamic sampling and the oracle process reward.
+MinPRO loss, ragged groups under an allocator, dynamic sampling and the oracle process reward,
+with rewards that vary within some groups (non-zero advantages and gradients).
 """
 
 from __future__ import annotations
@@ -35,24 +36,31 @@ _ONLY = flags.DEFINE_string("only", "", "Comma-separated run names (default: eve
 _DEFAULT = "experiments/configs/default.py:smoke"
 _LADDER2 = "experiments/configs/ladder2.py:smoke"
 
+# After default.py:smoke's 6 SFT steps every reward is 0, so every advantage and gradient is 0
+# and a change in the estimators or the loss would not show. The method runs on default.py
+# train SFT for 300 steps: some groups then have rewards that vary.
+_SFT = ("sft.steps=300",)
+
 # name -> (config, overrides). Each must pass the config check and finish.
 RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "default": (_DEFAULT, ()),
     "ladder2": (_LADDER2, ()),
     # LATR's default windows (20, 30, 50) exceed the smoke's 5 new tokens.
-    "latr": (_DEFAULT, ("rl.rollout=latr", "rl.latr.windows=(2,)",
-                        "rl.latr.mix_schedule=((0,0.5),)", "rl.latr.tau_abs=0.0",
-                        "rl.latr.tau_rel=1.0")),
-    "eptree": (_DEFAULT, ("rl.rollout=eptree",)),
-    "treepo": (_DEFAULT, ("rl.rollout=treepo", "rl.advantage=treepo")),
-    "echo": (_DEFAULT, ("rl.rollout=echo",)),
-    "arrol": (_DEFAULT, ("rl.rollout=arrol",)),
-    "refill": (_DEFAULT, ("sampling.engine=refill", "sampling.num_slots=8")),
-    "v05": (_DEFAULT, ("rl.advantage=v05", "rl.max_group_size=16", "rl.rows=32")),
-    "april_minpro": (_DEFAULT, ("rl.partial.enabled=True", "rl.tis_cap=2.0",
-                                "rl.loss=minpro_reconstructed")),
-    "knapsack": (_DEFAULT, ("rl.allocator=knapsack", "rl.max_group_size=8")),
-    "dynamic": (_DEFAULT, ("rl.dynamic_sampling=True",)),
+    "latr": (_DEFAULT, _SFT + ("rl.rollout=latr", "rl.latr.windows=(2,)",
+                               "rl.latr.mix_schedule=((0,0.5),)", "rl.latr.tau_abs=0.0",
+                               "rl.latr.tau_rel=1.0")),
+    "eptree": (_DEFAULT, _SFT + ("rl.rollout=eptree",)),
+    "treepo": (_DEFAULT, _SFT + ("rl.rollout=treepo", "rl.advantage=treepo")),
+    "echo": (_DEFAULT, _SFT + ("rl.rollout=echo",)),
+    "arrol": (_DEFAULT, _SFT + ("rl.rollout=arrol",)),
+    "refill": (_DEFAULT, _SFT + ("sampling.engine=refill", "sampling.num_slots=8")),
+    "v05": (_DEFAULT, _SFT + ("rl.advantage=v05", "rl.max_group_size=16", "rl.rows=32")),
+    "april_minpro": (_DEFAULT, _SFT + ("rl.partial.enabled=True", "rl.tis_cap=2.0",
+                                       "rl.loss=minpro_reconstructed")),
+    # A pool of 4 prompts repeats them, so the allocator has a history from step 2 on.
+    "knapsack": (_DEFAULT, _SFT + ("rl.allocator=knapsack", "rl.max_group_size=8",
+                                   "rl.prompt_pool=4", "rl.allocation.knapsack.min_obs=4")),
+    "dynamic": (_DEFAULT, _SFT + ("rl.dynamic_sampling=True",)),
     "ladder2_oracle_prm": (_LADDER2, ("rl.process_reward=oracle", "rl.process.alpha=1.0")),
 }
 
