@@ -10,19 +10,12 @@ from __future__ import annotations
 import os
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
-# One XLA CPU thread per test process: pytest-xdist runs one worker per core, and tests start
-# runs as subprocesses beside them, so XLA's own thread pools only oversubscribed the cores
-# (their spin-waiting cost a fifth of the suite's CPU time on 2 cores). Results do not depend on
-# it; the runs and benchmarks outside the tests keep XLA's defaults. (Every entry must be an
-# `--xla_...` flag: XLA stops reading XLA_FLAGS at the first token that is not one, so a bare
-# `intra_op_parallelism_threads=1` here once silently dropped every flag after it.)
+# One XLA CPU thread per test process: pytest-xdist runs one worker per core and tests start
+# runs as subprocesses beside them. Every entry must be an `--xla_...` flag: XLA stops reading
+# XLA_FLAGS at the first token that is not one.
 _THREAD_FLAGS = ("--xla_cpu_multi_thread_eigen=false",)
-# XLA:CPU's compile time, which is most of the suite's time (its programs are tiny): the legacy
-# elemental fusion emitter instead of the MLIR fusion emitters, and one LLVM module a program
-# instead of several (split for parallel codegen, which one thread a process cannot use). On
-# tests/train/test_resume.py the compiles took 25 s instead of 82 s (`JAX_LOG_COMPILES=1`).
-# Neither changes what a program computes. On optimized programs the legacy emitter's code runs
-# slower (tests/test_learning.py: 98 s against 86 s); the suite's programs mostly run once.
+# Faster XLA:CPU compiles (most of the suite's time): the legacy elemental fusion emitter and one
+# LLVM module a program. Neither changes what a program computes.
 _COMPILE_FLAGS = ("--xla_cpu_use_fusion_emitters=false",
                   "--xla_cpu_parallel_codegen_split_count=1")
 
@@ -30,20 +23,14 @@ for _flag in (_DEVICE_FLAG,) + _THREAD_FLAGS + _COMPILE_FLAGS:
   if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
-# XLA optimizations off by default (`jax_disable_most_optimizations`), in the test processes and
-# the runs they start as subprocesses: the suite's programs are tiny, and compiling them, not
-# running them, is most of its time (tests/test_run_cli.py, test_oracle_prior.py and
-# test_length_buckets.py: 85 s instead of 171 s). The whole suite passes either way. Tests whose
-# time is running many steps ask for `optimized_compiles` (tests/test_learning.py: 168 s
-# unoptimized).
-# `JAX_DISABLE_MOST_OPTIMIZATIONS=0 python -m pytest ...` runs the whole suite optimized.
+# XLA optimizations off by default, in the test processes and the runs they start: the suite's
+# programs are tiny and compiling them is most of its time. Tests whose time is running many
+# steps ask for `optimized_compiles`; `JAX_DISABLE_MOST_OPTIMIZATIONS=0 python -m pytest ...`
+# runs the whole suite optimized (it passes either way).
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
-# Runs turn on the persistent compilation cache (config.compile_cache_dir), and it stays on in
-# their process: in a test worker every later compile of every later test file would write to
-# it. The suite compiles thousands of programs once each, so the cache gained nothing, and its
-# size-bounded directory (scanned and locked on each write, shared by the workers) made the
-# files after the first run 3 to 5 times slower. The tests' runs, and the runs they start as
-# subprocesses, run without it; tests/test_compile_cache.py turns it on where it is the subject.
+# No persistent compilation cache in the tests' runs: each program compiles once, and the
+# shared, size-bounded cache directory only slowed the workers down.
+# tests/test_compile_cache.py turns it on where it is the subject.
 os.environ.setdefault("RL_JAX_COMPILE_CACHE_DIR", "")
 
 import ml_collections  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -59,28 +46,27 @@ def make_smoke_config() -> ml_collections.ConfigDict:
   return config
 
 
-# The longest test files (seconds on one of 2 CPU cores), longest first; every other file follows
-# in its usual order. `pytest -n 2` hands out whole files in collection order (pytest.ini), so
-# these start first and the two workers end close together, not one running a minute-long file
-# alone at the end. Only the order changes; re-measure with --durations when it drifts.
+# The longest test files, longest first (docs/research/test-suite-timings.md has their times):
+# `pytest -n 2` hands out whole files in collection order (pytest.ini), so these start first and
+# the two workers end close together. Only the order changes.
 LONGEST_FIRST = (
-    "models/test_scan_layers.py",  # 181 (2026-11-27, suite run of 22 minutes)
-    "test_benchmarks_scan_layers.py",  # 151, six processes one after another
-    "test_learning.py",  # 131, optimized: 920 steps
-    "test_benchmarks_faults.py",  # 103, four processes one after another
-    "train/test_resume.py",  # 100
-    "test_sweeps.py",  # 100
-    "test_colab.py",  # 99
-    "test_multihost.py",  # 98, three processes at once
-    "evals/test_eval_run.py",  # 82
-    "train/test_aot.py",  # 72
-    "test_recipes.py",  # 65 (2026-11-29, the file alone): six runs one after another
-    "sampling/test_decode.py",  # 64
-    "train/test_precision.py",  # 64
-    "train/test_sharding.py",  # 63
-    "sampling/test_echo_rollout.py",  # 63
-    "test_ladder_config.py",  # 62
-    "train/test_scan_layers_resume.py",  # 57
+    "models/test_scan_layers.py",
+    "test_benchmarks_scan_layers.py",
+    "test_learning.py",
+    "test_benchmarks_faults.py",
+    "train/test_resume.py",
+    "test_sweeps.py",
+    "test_colab.py",
+    "test_multihost.py",
+    "evals/test_eval_run.py",
+    "train/test_aot.py",
+    "test_recipes.py",
+    "sampling/test_decode.py",
+    "train/test_precision.py",
+    "train/test_sharding.py",
+    "sampling/test_echo_rollout.py",
+    "test_ladder_config.py",
+    "train/test_scan_layers_resume.py",
 )
 
 

@@ -5,9 +5,8 @@ vectors are [N, 1] columns so that row reductions (`keepdims=True`) store withou
 
 - forward: grid (N / block_n, cdiv(V, block_v)), the column axis 'arbitrary': the [block_n, 1]
   statistics stay in VMEM and are merged over the vocabulary tile by tile (`common.merge`, the
-  online logsumexp), so the outputs are [N, 1]. (The per-tile outputs it wrote before,
-  [n_col_blocks, N, 1], took 128 lanes per token in HBM: with Qwen3's 151,936-entry vocabulary
-  and 8,192 tokens, 596 MiB each, four of them per call.)
+  online logsumexp), so the outputs are [N, 1] (per-tile outputs would take 128 lanes per token
+  in HBM each; docs/research/scan-layers.md).
 - backward, d_hidden: grid (row blocks, column blocks), the column axis 'arbitrary': the
   [block_n, D] float32 output block stays in VMEM and accumulates over the vocabulary.
 - backward, d_unembedding: grid (column blocks, row blocks), the row axis 'arbitrary': the
@@ -16,8 +15,7 @@ Both backward kernels recompute the logit tile (TPU has no atomics), so the back
 tile recomputations. Columns past V (the last, partial block) are masked, W's included, so
 whatever the partial block holds never reaches a gradient. block_n should be a multiple of 8
 (16 for bfloat16) and block_v a multiple of 128; each kernel shrinks the given tile until its
-blocks fit the scoped VMEM (`fit_blocks`). Tested on CPU in interpret mode and compiled by Mosaic
-for TPU v5e in the tests (`tests/kernels/test_compile_accelerators.py`); not yet run on a TPU.
+blocks fit the scoped VMEM (`fit_blocks`).
 """
 
 from __future__ import annotations

@@ -13,11 +13,9 @@ run as:
   impl='auto'       'pallas' on TPU, 'xla' elsewhere (GPU included, with the GPU's own tiles),
                     chosen when the program is lowered (`lax.platform_dependent`), so a TPU
                     program compiled ahead of time on a CPU host (`experiments.aot`) gets the
-                    Mosaic kernel. On an H100 (2026-11-25, N=4096, D=576, V=151936, fwd+bwd) the
-                    Triton kernel ran 3.3-10x slower than materialized logits over every block
-                    size tried, while the tiled XLA loops with the 'gpu_xla' tiles ran at 1.28x
-                    (float32) and 0.82x (bfloat16) with 8% and 6% of the temporary memory
-                    (docs/research/logprob-gpu.md), so GPUs get the XLA loops unless impl='pallas'.
+                    Mosaic kernel. GPUs get the XLA loops (the 'gpu_xla' tiles) unless
+                    impl='pallas': there they beat the Triton kernel
+                    (docs/research/logprob-gpu.md).
 
 Block sizes: `block_sizes=None` takes the tuned entry of `block_sizes.TUNED` for the platform and
 dtype; see `block_sizes.py` for how to pick them on a GPU or TPU. block_n is clipped to the

@@ -7,12 +7,11 @@ the step's metrics) and the first few messages are logged.
 Isolation modes (`config.rl.reward_isolation`):
 
 * 'thread' (the default): the batch's calls run one after another on a daemon worker thread while
-  the caller waits with a deadline for the call in progress. One thread start per batch and no
-  per-call synchronization: the cost is a few microseconds per batch. A call past `timeout`
-  seconds is abandoned (Python cannot stop a thread; a daemon thread does not keep the process
-  alive); from then on (the rest of the batch and every later batch) each call runs on its own
-  daemon thread, up to MAX_CONCURRENT at once under one deadline, so a reward that hangs costs
-  about one time limit per batch, not one per call.
+  the caller waits with a deadline for the call in progress. A call past `timeout` seconds is
+  abandoned (Python cannot stop a thread; a daemon thread does not keep the process alive);
+  from then on (the rest of the batch and every later batch) each call runs on its own daemon
+  thread, up to MAX_CONCURRENT at once under one deadline, so a reward that hangs costs about
+  one time limit per batch, not one per call.
 * 'process': the calls run in a child process (spawned; the task and examples are pickled to
   it). A call past its limit kills the child, which is restarted for the remaining calls (one
   limit per hanging call: calls are not concurrent here): hard isolation (a reward that never

@@ -1,36 +1,12 @@
 """Priors of a prompt's success rate before its rollouts: p0 and its error variance sigma0^2.
 
-V0.5 (docs/algorithms.md §4.2) fuses a prior with a few rollouts; the allocators may read one too
-(`config.rl.allocator_prior`). A prior is any object with
-
-    predict(params, prompt_ids) -> (p0 [B], sigma0_sq [B])   (float64 numpy)
-
-built by a factory registered in `PRIORS`: `make(exp, history, companions) -> prior`, where
-`exp` is the run's `rl_jax.experiment.Experiment` (its config, task, tokenizer, model),
-`history` the run's live `value.history.RolloutHistory` (read at `predict` time, so the prior
-follows the policy) and `companions` the run companions' state by name. The `v0` prior is the
-run's V0 (the companion 'v0', `value.v0.run`).
-
-The two simple priors here are ours ([R]: docs/algorithms.md has no rule for them):
-
-* `global_mean`: p0 = the history's mean success rate, Beta(1, 1)-smoothed; sigma0^2 = the
-  method-of-moments variance of the prompts' true rates around it (the variance of per-prompt
-  rates minus their mean binomial noise p(1-p)/(n-1)), at least `min_var`; p0(1-p0) (no
-  information) while the history has fewer than two sampled prompts.
-* `history`: the prompt's own past rate shrunk to the global mean with `pseudo_count` κ
-  pseudo-rollouts, p0 = (s + κ·m)/(a + κ); sigma0^2 = the Beta posterior variance
-  p0(1-p0)/(a + κ + 1) (+ the global prior's variance scaled by κ/(a+κ) for the shrinkage part).
-  An unseen prompt gets the `global_mean` prior.
-
-Both read only records of the last `window` policy steps (`config.rl.v05.prior_window`, 0 = all).
-
-The `oracle` prior is the bound the others are measured against: each prompt's success rate
-under the current policy, estimated from `config.value.oracle.mc_samples` = M fresh samples per
-prompt at the rollout temperature (`OracleMC`): p0 = s/M, sigma0^2 = its Monte Carlo variance
-p̃(1-p̃)/M with p̃ = (s+1)/(M+2). Those samples are not rollouts: they never reach the batch or
-the history and are not in `rollout_tokens`; the run companion 'oracle' (`train.companions`)
-holds the `OracleMC` and reports what it spent per step as `oracle/mc_tokens` and
-`oracle/mc_rows`.
+A prior is any object with `predict(params, prompt_ids) -> (p0 [B], sigma0_sq [B])` (float64
+numpy, p0 in [0, 1]), built by a factory registered in `PRIORS`:
+`make(exp, history, companions) -> prior`. `history` is the run's live
+`value.history.RolloutHistory`, read at `predict` time so the prior follows the policy;
+`companions` maps the run companions' names to their state (`v0`: the run's V0; `oracle`: its
+`OracleMC`). V0.5 (`config.rl.v05.prior`) and the allocators (`config.rl.allocator_prior`) read
+one. The rules of `global_mean`, `history` and `oracle`: docs/algorithms.md §4.2.
 """
 
 from __future__ import annotations
@@ -86,7 +62,7 @@ def global_stats(history: RolloutHistory, since_step: int = 0,
 
 
 class GlobalMean:
-  """p0 = the history's mean success rate for every prompt (see the module docstring)."""
+  """p0 = the history's mean success rate for every prompt (docs/algorithms.md §4.2)."""
 
   def __init__(self, history: RolloutHistory, window: int = 0):
     self.history, self.window = history, window
@@ -99,7 +75,7 @@ class GlobalMean:
 
 
 class PromptHistory:
-  """p0 = the prompt's own past rate shrunk to the global mean (see the module docstring)."""
+  """p0 = the prompt's own past rate shrunk to the global mean (docs/algorithms.md §4.2)."""
 
   def __init__(self, history: RolloutHistory, window: int = 0, pseudo_count: float = 2.0):
     if pseudo_count <= 0:
@@ -148,7 +124,7 @@ def uses(config, name: str) -> bool:
 
 
 class OracleMC:
-  """The `oracle` prior: Monte Carlo success rates of the current policy (module docstring).
+  """The `oracle` prior: Monte Carlo success rates of the current policy (docs/algorithms.md §4.2).
 
   `predict(params, prompt_ids)` samples M completions of each train prompt with `params`, in
   chunks of `config.rl.prompts_per_step` prompts (the last chunk padded with its first prompt;

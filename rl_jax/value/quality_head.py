@@ -5,15 +5,9 @@
     metrics = run.observe(out.features, rewards)   # BCE updates on the survivors' outcomes
     {**run.meta()}; run.load_meta(meta)    # its state rides in the RL checkpoint's meta
 
-g_ψ(h) = σ(w·h + b) is the scalar head of `rl_jax.models.heads` without a body of its own: it
-reads the policy's final-normed hidden state h_{i,t_p} of a partial rollout at the pruning
-checkpoint (the policy is the body, so the head follows it as RL trains it). It starts at w = 0,
-b = 0 (ĝ = 0.5 everywhere: ARRoL keeps a score-blind, unbiased subsample until it has learnt) and
-after every generation round takes `config.rl.arrol.updates` Adam steps (`lr`) of the binary
-cross-entropy (`value.prm.model.bce_with_logits`) of its logits on the round's survivors against
-their outcomes y_i = [r_i > `config.rl.success_threshold`] (first raw reward component). Pruned rows
-have no outcome and are never trained on [P: "trained on-the-fly with BCE against the final rewards
-of finished rollouts"; R: which rows, when, optimizer and step counts].
+The head is `rl_jax.models.heads`' scalar head on the policy's final-normed hidden state at the
+pruning checkpoint, initialised to w = 0, b = 0 (g = 0.5 for every row). `observe` takes
+`config.rl.arrol.updates` Adam steps on the round's survivors only (pruned rows have no outcome).
 """
 
 from __future__ import annotations

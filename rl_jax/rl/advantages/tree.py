@@ -1,33 +1,23 @@
 """Tree advantage estimators: leaf rewards on a recorded tree -> token advantages.
 
-docs/algorithms.md §3.0, §3.2-§3.4. Every estimator is registered in
-`base.ADVANTAGES` and has the signature
+docs/algorithms.md §3.0, §3.2-§3.4. Every estimator is registered in `base.ADVANTAGES` as
 
     fn(rewards, valid, *, tree, mask, **options) -> (adv, weight)
 
-- `rewards` [B, G] leaf rewards; `valid` [B, G] bool (the leaf exists). Invalid
-  leaves count in no statistic (node values, counts, depth statistics, the
-  TreePO whitening).
-- `tree`: a `types.Tree` laid out per prompt: `parent`, `depth` [B, N],
-  `leaf_node` [B, G, N] (leaf i of prompt b passes through node n; the root,
-  node 0, included) and `node_of` [B, G, T] (node id of each completion token).
-  `rl_inputs.advantages` reshapes the rollout's [R, ...] fields to this layout.
-- `mask` [B, G, T] completion mask; `adv` [B, G, T] float32 is 0 off the mask
-  and on invalid rows, wrapped in `lax.stop_gradient`; `weight` [B, G] float32
-  is the validity.
+- `rewards` [B, G] leaf rewards; `valid` [B, G] bool (the leaf exists). Invalid leaves count
+  in no statistic (node values, counts, depth statistics, the TreePO whitening).
+- `tree`: a `types.Tree` laid out per prompt: `parent`, `depth` [B, N], `leaf_node` [B, G, N]
+  (leaf i of prompt b passes through node n; the root, node 0, included) and `node_of`
+  [B, G, T] (node id of each completion token). `rl_inputs.advantages` reshapes the rollout's
+  [R, ...] fields to this layout.
+- `mask` [B, G, T] completion mask; `adv` [B, G, T] float32 is 0 off the mask and on invalid
+  rows, wrapped in `lax.stop_gradient`; `weight` [B, G] float32 is the validity.
 
-All node statistics are the §0 pattern 5 incidence sums: `cnt = Σ_i Inc`,
-`V = Σ_i Inc·r / max(cnt, 1)`, `V_parent = V[parent]` (the root is its own
-parent), and a node advantage reaches its tokens by the gather `A[node_of]`.
-Shapes are static; everything is jittable, with options bound by
-`functools.partial`.
-
-Without a tree (`tree=None`) a group is the trivial tree: the root with the G
-leaves as its children, each row's tokens in its own leaf node. With
-`mask=None` as well, every row is a single segment and `adv` is returned per
-sequence, [B, G]. (`rl_inputs.advantages` still requires a tree rollout for
-these estimators; the fallback exists for direct calls and comparisons with the
-flat-group estimators.)
+Node statistics are incidence sums (`cnt = Σ_i Inc`, `V = Σ_i Inc·r / max(cnt, 1)`; the root
+is its own parent) gathered back to tokens by `A[node_of]`. Shapes are static and everything
+is jittable, with options bound by `functools.partial`. `tree=None` is the trivial tree of a
+flat group (root, then one leaf node per row); with `mask=None` as well, `adv` is per sequence,
+[B, G] (for direct calls and comparisons with the flat-group estimators).
 """
 
 from __future__ import annotations

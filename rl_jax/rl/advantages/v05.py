@@ -1,25 +1,13 @@
-"""V0.5: a value prior fused with sparse rollouts (docs/algorithms.md §4.2).
+"""V0.5: a value prior fused with sparse rollouts (docs/algorithms.md §4.2, its steps 1-6).
 
 RECONSTRUCTED (`v05_reconstructed`): the paper's code is not public; the test statistic, the
-significance level, the fusion weight, the extra-round schedule and n_max are ours, as in §4.2.
+significance level, the fusion weight, the extra-round schedule and n_max are ours.
 
-Per prompt, with prior p0 = V(prompt) and its error variance sigma0^2 (`rl_jax.value.priors`):
-
-1. n0 = `config.rl.group_size` rollouts, k successes, r̄ = k/n.
-2. Reliability test (`reject`): 'z': z = (r̄ − p0')/sqrt(p0'(1−p0')/n) with p0' = clip(p0,
-   0.02, 0.98); reject if |z| > z_{1−α/2} (1.96 at α = 0.05). 'binomial': reject if the exact
-   two-sided tail P_{Bin(n,p0')}(|K − n p0'| >= |k − n p0'|) <= α.
-3. Rejected: the group is doubled (extra rounds, `rollout.rules.V05Extra`) up to n_max and tested
-   again on the pooled rollouts; at n_max (or when the batch has no rows left) the baseline is
-   the empirical mean (w = 0).
-4. Accepted: the MSE-optimal fused baseline b = w p0 + (1 − w) r̄ (`fusion_weight`):
-   'variance': w = Var/(Var + sigma0^2), Var = p0'(1−p0')/n;
-   'beta': Beta prior with pseudo-count κ = p0'(1−p0')/sigma0^2 − 1 (>= 0), w = κ/(κ + n).
-5. A_i = r_i − b (optionally / std, as GRPO). Σ_i A_i != 0 when w > 0 (intended).
-
-The estimator `v05` (registered in `rl.advantages.base.ADVANTAGES`) takes the per-row prior
-`(p0, w)` [B, G, 2] that the round rule decided on the host (w = 0 where the prior was
-rejected), so the device side is elementwise.
+Host side: `reject` (step 3) and `fusion_weight` (step 5) decide each prompt's prior p0 and
+weight w, from p0 and sigma0^2 of a `rl_jax.value.priors` prior; the round rule
+`rollout.rules.V05Extra` draws the extra rounds of rejected prompts (step 4). Device side: the
+estimator `v05` (registered in `rl.advantages.base.ADVANTAGES`) takes the per-row `(p0, w)`
+[B, G, 2] (w = 0 where the prior was rejected) and is elementwise: A = r - (w p0 + (1 - w) r̄).
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""Uncertainty-driven allocators: VADE (§6.5), InSight (§6.4), XRPO (§6.3).
+"""Uncertainty-driven allocators: VADE (§6.5), InSight (§6.4), XRPO (§6.3) of
+docs/algorithms.md, which gives each one's score and its [P]/[R] parts.
 
-* `vade` [P; R constants]: Beta(α, β) per prompt id, updated online from the step's rollouts
-  (`α += k`, `β += n − k`) with a two-scale decay towards the prior (1, 1) (`α ← 1 + γ(α − 1)`):
-  γ_s every global step for every prompt, γ_f for a prompt just re-observed, before its counts are
-  added (`vade_reconstructed`). Selection: Thompson draw `p̃ ~ Beta(α, β)`, score `p̃(1 − p̃)`
-  [R], the top B enter the batch with equal rows. State: the posteriors (checkpointed).
-* `insight` [P; R score]: Beta(1 + s, 1 + a − s) from the history; score `w(μ)·I`,
-  `w(μ) = μ(1 − μ)` [R] and `I` the mutual information between the success rate and one (or n)
-  further rollouts (closed form below); top B (or sampled ∝ score) enter the batch.
-* `xrpo` [P; R priority]: phased allocation. From `min_n` rows each, rows go `chunk` at a time
-  to the highest priorities `Π_q = Δ̂_q + φ_q`, `Δ̂_q = h_q(n_q) − h_q(n_q + 1)` with the Student-t
-  half-width `h_q(n) = t_{1−a/2, n−1}·s_q/√n`; exploration bonus `φ_q = λ·sqrt(ln(Σ n)/n_q)`
-  (form 'reconstructed', `xrpo_reconstructed`) or `λ·sqrt(log(1 + T)/n_q)` with T the training
-  step (form 'quoted', from third-party reimplementations). `s_q` is the sample std of the
-  prompt's observed rewards (0.5 with fewer than 2). XRPO keeps no state of its own: its counts
-  are the rollout history's (checkpointed with the run).
+`vade` and `insight` select B of the C candidates (equal rows each); `xrpo` gives every
+candidate between `min_n` and `max_n` rows. Only `vade` keeps state (its Beta posteriors, in the
+allocator state the run checkpoints); `insight` and `xrpo` read the rollout history through
+`PromptStats`.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
-"""Judging PRMs against true step labels (the proving ground's `check_steps`).
+"""Judges a PRM's step values against the true step labels of the ladder task (`check_steps`).
 
-A completion of a k-term ladder problem has n = k - 1 scratchpad steps and a final answer line;
-its segments (non-empty lines, `prm.segments`) are matched to them in order, and the true label of
-segment h is `steps_correct[h]` for h < n and the reward for the final line (h = n). Rows whose
-segment count differs from their non-empty line count (a tokenization edge) are left out and
-counted. The true first wrong step f is the first segment whose label is False (n + 1 when all
-are right).
-
-Metrics, from a PRM's values after each segment `q [R, H]` (σ of its logits):
-
-* first-wrong-step accuracy: the prediction is the first segment with q < τ (n + 1 if none);
-  τ is chosen on the first half of the problems (the grid 0.05 .. 0.95) and the accuracy is
-  reported on the second half (`first_wrong_acc`), with τ = 0.5 on all rows beside it, and
-  split into rows with an error and rows without (`..._on_wrong`, `..._on_correct`); for
-  reference, the accuracy of the best constant guess of f on the calibration half
-  (`first_wrong_acc_constant`).
-* progress-based first wrong step: the prediction is the first segment whose progress
-  `q_h − q_{h−1}` (q_{−1} = the value at the bare prompt, v0) falls below −δ, δ chosen on the
-  same calibration half (the grid 0.05 .. 0.95) and the accuracy reported on the other half
-  (`first_wrong_acc_progress`, `delta`). A threshold on q itself misjudges a value model whose
-  correct prefixes of a hard problem rightly score low; the drop at the wrong step does not
-  depend on where the value started.
-* step AUROC: over segments up to and including the first wrong one (where "the step is right"
-  and "the prefix is right" coincide), score q, label the segment's correctness (`auroc`); the
-  same with the progress q_h − q_{h−1} as the score (`auroc_progress`).
-* best-of-N re-ranking: per problem, the accuracy of the sample with the highest min_h q_h
-  (`bon_min`) and last q (`bon_last`), against majority vote of the final answers (`majority`),
-  the first sample (`first`) and any-correct (`oracle`).
+In: a PRM's value after each segment `q [R, H]` (sigmoid of its logits), the bare prompt's value
+`v0 [R]`, the rows' `ladder.StepCheck`s and texts. Out: `judge`'s dict of step metrics
+(first-wrong-step accuracy by value and by progress, step AUROC) and the best-of-N /
+majority-vote accuracies. Thresholds come from the grid `TAUS`, chosen on the first half of the
+problems and reported on the second. Rows whose segment count differs from their non-empty line
+count are left out and counted. docs/algorithms.md §5.1 defines each metric.
 """
 
 from __future__ import annotations
@@ -40,7 +19,11 @@ TAUS = tuple(np.round(np.arange(0.05, 0.96, 0.05), 2))
 
 def true_labels(checks: Sequence, texts: Sequence[str], num_segments: np.ndarray, max_steps: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(labels [R, H] bool, label mask [R, H], kept [R]) from `ladder.StepCheck`s."""
+  """(labels [R, H] bool, label mask [R, H], kept [R]) from `ladder.StepCheck`s.
+
+  Segment h < n (the n scratchpad steps) is labelled `steps_correct[h]`, segment n the reward,
+  later segments False; a row is kept when its non-empty lines number `num_segments[i]` and at
+  most `max_steps`."""
   r = len(checks)
   labels = np.zeros((r, max_steps), bool)
   lmask = np.zeros((r, max_steps), bool)
@@ -116,7 +99,9 @@ def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
 
 def judge(q: np.ndarray, v0: np.ndarray, labels: np.ndarray, lmask: np.ndarray,
           problem: np.ndarray) -> dict:
-  """Step-level metrics of one PRM on the kept rows (see the module docstring)."""
+  """Step-level metrics of one PRM on the kept rows: `q [R, H]`, `v0 [R]`, labels and mask
+  [R, H] from `true_labels`, `problem [R]` ids (the lower half calibrates tau and delta).
+  Keys and definitions: docs/algorithms.md §5.1."""
   f_true = first_false(labels, lmask)
   half = problem < np.median(np.unique(problem)) if len(np.unique(problem)) > 1 else \
       np.ones(len(problem), bool)

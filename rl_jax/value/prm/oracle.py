@@ -1,23 +1,10 @@
 """The oracle process reward (`config.rl.process_reward='oracle'`): PAV with a perfect prover.
 
-On a task with a step checker (`task.check_steps`, the ladder: `data.ladder.check_scratchpad`)
-the true step labels are known, so PAV's progress (docs/algorithms.md §5.1) can be computed without
-a learned verifier. The prover is perfect at writing a *correct scratchpad*: the value of a prefix
-is 1 while every item in it is right and 0 from the first wrong one on, where the items are the
-task's steps in order followed by the final answer. With `V(bare prompt) = 1` the progress
-`Q(s_h, a_h) − V(s_h)` is
-
-    −1 on the first wrong item's step, 0 on every other step,
-
-and 0 everywhere for a completion whose steps and answer are all right. A missing item (a
-completion that skips a step, or ends before its answer) is wrong: when the first wrong item lies
-past the completion's last step, the −1 goes on that last step (the prefix ended wrong). This is
-the upper bound of what any PAV can add on the task: the step labels, not the prover, are exact.
-
-Steps are the completion's step segments (`segments.segment`, newline delimiters): segment h is
-the completion's h-th non-empty line, which the step checker grades as step h (the lines after
-the task's steps hold the answer). The row's problem is found by its prompt tokens (`Examples`),
-as the RL batch carries prompts, not problem ids.
+In: the RL batch's completions and a task with a step checker (`task.check_steps`, the ladder);
+the row's problem is found by its prompt tokens (`Examples`), as the batch carries prompts, not
+problem ids. Out: per-step progress, -1 on the first wrong item's step (a missing step or answer
+is wrong; past the last step it goes on the last step) and 0 on every other step, with steps the
+newline segments of `segments.segment`. docs/algorithms.md §5.1 gives the rule.
 """
 
 from __future__ import annotations

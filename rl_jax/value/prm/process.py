@@ -3,26 +3,13 @@
     scorer = ProcessScorer.from_config(exp, sft_params)          # None for 'none'
     batch, metrics = scorer.score(batch, rewards, policy_params)  # fills step_of, step_rewards
 
-* 'pav' (§5.1): a frozen PAV (`value.prm.model`, saved by `experiments.train_prm` in
-  `config.rl.process.prm_dir`) scores every prefix; the progress `Q̂(s_h, a_h) − Q̂(s_{h−1},
-  a_{h−1})` goes on step h's end token (steps as the PAV was trained: its prm.json delimiters). The estimator adds `alpha` × progress to the outcome
-  advantage (`rl.process_rewards.pav`).
-* 'prime' (§5.2, public code): an implicit PRM `π_φ` (a policy-shaped LM initialised from the SFT
-  policy) against the frozen SFT reference; every token is a step with the raw log-ratio
-  `log π_φ − log π_ref`. After the rewards are computed (`update=after`), π_φ takes one step of
-  `BCE(σ(β Σ_t log π_φ/π_ref), r)` (AdamW at `prm_lr`, grad clip `prm_grad_clip`).
-* 'oprl' (§5.3, iStar public code): the same implicit PRM against the policy that sampled the
-  batch (π_old); token rewards `β (log π_φ − log π_old)` summed per step; then one step of the
-  pairwise loss over (success, failure) pairs of each group.
-* 'oracle': PAV with a perfect prover on a task with a step checker (the ladder): the true step
-  labels give progress −1 on the first wrong step's end token, 0 elsewhere (`value.prm.oracle`);
-  the PAV estimator adds `alpha` × progress to the outcome advantage. The bound a learned PAV
-  can reach on the task.
-
-The online PRM of 'prime' / 'oprl' (parameters and AdamW state) is checkpointed beside the
-policy, in WORKDIR/checkpoints/rl_prm at the steps of the RL checkpoints and written just before
-each of them, so a resumed run restores the PRM of the step it resumes from and continues as the
-uninterrupted run does (tests/value/test_process_resume.py).
+`score` adds the per-token step ids and step rewards to the batch; the process estimator
+(`rl.process_rewards`) turns them and the outcome advantage into token advantages. 'pav' reads a
+frozen PRM from `config.rl.process.prm_dir`; 'oracle' the task's step checker
+(`value.prm.oracle`); 'prime' and 'oprl' train an implicit PRM online, one step per batch after
+its rewards. That PRM (parameters and AdamW state) is checkpointed in WORKDIR/checkpoints/rl_prm
+at the RL checkpoints' steps, so a resumed run continues as the uninterrupted one does.
+docs/algorithms.md §5 describes each method.
 """
 
 from __future__ import annotations

@@ -1,32 +1,16 @@
-"""V0 in Flax (docs/algorithms.md §4.1): query adapter over frozen backbone states, in-context head.
+"""V0 in Flax (docs/algorithms.md §4.1): a query adapter over frozen backbone states, then an
+in-context head.
 
     enc = V0Encoder(num_queries=32, query_dim=6, num_heads=3, mlp_hidden=64)
     x = enc.apply({'params': p}, H, mask)                        # [N, M*d_q] prompt features
     logits = KernelHead(head_dim=32).apply({'params': q}, x_S, y_S, m_S, x_Q)  # [Q]
     p_hat = sigmoid(logits)
 
-Encoder (reference `v0_core/models/v0.py`): the residual query adapter
-`Q = Q_static + reshape(MLP(pool_last(H)))`, MLP = Linear(D -> h) -> LayerNorm -> GELU -> Dropout
--> Linear(h -> M·d_q) with the last Linear ZERO-initialised (training starts from the static
-queries), then a cross-attention (`num_heads` heads of width d_q/heads) of `LN(Q)` over keys
-`LN(W_kv H)` and values `W_kv H` with a key padding mask; the M outputs are flattened to x.
-
-Head (ours; the reference uses TabPFN v2.5, which is not JAX): `HEADS` names the in-context
-heads, each `(x_S [E, S, F], y_S [E, S], mask_S [E, S], x_Q [E, Q, F]) -> logits [E, Q]` for E
-episodes, with `y_S` the support success rates in [0, 1]:
-
-* 'kernel': a Nadaraya-Watson smoother with a prior. `z = normalize(W x)`,
-  `k_j = exp((z_q·z_j - 1)/tau)` in (0, 1], and
-  `p_hat = (sum_j k_j y_j + a m) / (sum_j k_j + a)` with m the support mean and a > 0 a learned
-  pseudo-count; logit = s·logit(p_hat) + c (s = 1, c = 0 at init). A query identical to a support
-  item gets kernel weight 1 on it.
-* 'ridge': ridge regression of y on the standardised projections `W x` fitted on the support
-  set inside the forward pass (`w = (Z^T Z / S + lam I)^-1 Z^T (y - y_bar) / S`, lam learned),
-  p_hat = clip(z_q·w + y_bar, 1e-3, 1 - 1e-3); logit = s·logit(p_hat) + c.
-* 'transformer': a one-block set transformer (TabPFN-like): support tokens `W x_j + E y_j`
-  attend to each other; query tokens `W x_q` attend to the support only; a linear read-out
-  (zero-initialised) adds to the logit of the smoothed support mean `(sum y + 1/2)/(S + 1)`, so
-  an untrained head predicts the support's mean rate.
+`V0Encoder`: hidden states H [N, T, D] and their mask [N, T] -> features [N, M·d_q]; its
+adapter's last Linear is zero-initialised, so an untrained encoder uses the static queries.
+`HEADS` names the in-context heads ('kernel', 'ridge', 'transformer'), each
+`(x_S [E, S, F], y_S [E, S], mask_S [E, S], x_Q [E, Q, F]) -> logits [E, Q]` for E episodes,
+with `y_S` the support success rates in [0, 1].
 """
 
 from __future__ import annotations
