@@ -63,14 +63,19 @@ class LatrOptions:
 
   @classmethod
   def check_config(cls, config) -> None:
-    """ValueError naming the field for `config.rl.latr` out of range (the options, and
-    `mix_schedule`: (step, eta) pairs sorted by step, eta in [0, 1])."""
+    """ValueError naming the field for `config.rl.latr` out of range (the options,
+    `mix_schedule`: (step, eta) pairs sorted by step, eta in [0, 1]; windows of at most
+    `sampling.max_new_tokens` tokens)."""
     cls.from_config(config)
     schedule = config.rl.latr.mix_schedule
     steps = [s for s, _ in schedule]
     if steps != sorted(steps) or any(not 0 <= e <= 1 for _, e in schedule):
       raise ValueError(f"config.rl.latr.mix_schedule must be (step, eta) pairs sorted by step "
                        f"with eta in [0, 1], got {schedule}")
+    windows, t = tuple(config.rl.latr.windows), config.sampling.max_new_tokens
+    if max(windows) > t:
+      raise ValueError(f"config.rl.latr.windows={windows}: expected lookahead windows of at most "
+                       f"sampling.max_new_tokens={t} tokens")
 
   def __post_init__(self):
     if not self.windows or min(self.windows) < 1:

@@ -149,6 +149,8 @@ def test_mix_ratio_schedule():
     ("rollout", "beam", "config.rl.rollout"),
     ("latr.mix_schedule", ((10, 0.5), (0, 1.0)), "mix_schedule"),
     ("latr.windows", (), "windows"),
+    ("latr.windows", (2, 50), r"config.rl.latr.windows=\(2, 50\): expected lookahead windows of "
+                              r"at most sampling.max_new_tokens="),
     ("group_size", 99, "leaves per prompt"),
 ])
 def test_tree_rollout_config_errors(smoke_config, field, value, match):
