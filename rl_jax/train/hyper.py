@@ -53,9 +53,9 @@ class RLHyper:
       batch that way), so the reference pass and the policy's forward and backward run each
       prompt once per group (`logprobs.completion_logprobs(group_size=G)`): the same loss with
       fewer FLOPs. Micro-batches then hold whole groups. Off for ragged batches.
-    num_groups, max_group_size: a ragged batch (`rollout.requests`, docs/algorithms.md §0 pattern 2)
-      of B = num_groups prompts with at most G_max = max_group_size rows each, grouped by
-      `rollout.group`; 0 = the dense layout (groups of `group_size` contiguous rows).
+    num_groups, max_group_size: a ragged batch (`rollout.requests`, docs/algorithms.md §0
+      pattern 2) of B = num_groups prompts with at most G_max = max_group_size rows each, grouped
+      by `rollout.group`; 0 = the dense layout (groups of `group_size` contiguous rows).
   """
 
   group_size: int
