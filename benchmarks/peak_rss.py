@@ -23,13 +23,30 @@ import sys
 import tempfile
 
 
+# Forks and waits for the command from a small process: Linux carries a parent's peak RSS into a
+# forked child's `ru_maxrss` (it is kept across exec), so the measuring process must be small.
+_WRAPPER = """
+import json, os, sys
+out, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+  os.execv(argv[0], argv)
+_, status, usage = os.wait4(pid, 0)
+with open(out, "w") as f:
+  json.dump({"rc": os.waitstatus_to_exitcode(status), "maxrss_kib": usage.ru_maxrss}, f)
+"""
+
+
 def peak_rss(argv: list[str], log_path: str) -> dict:
-  """Runs `argv` to the end; -> {"peak_rss_bytes", "rc"} of that process (Linux: KiB * 1024)."""
+  """Runs `argv` to the end; -> {"peak_rss_bytes", "rc"} of that process alone (Linux ru_maxrss,
+  KiB * 1024), measured by a small intermediate process."""
+  out = log_path + ".rusage.json"
   with open(log_path, "w") as log:
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    _, status, usage = os.wait4(proc.pid, 0)
-  proc.returncode = os.waitstatus_to_exitcode(status)
-  return {"peak_rss_bytes": int(usage.ru_maxrss) * 1024, "rc": proc.returncode}
+    subprocess.run([sys.executable, "-c", _WRAPPER, out, *argv], stdout=log,
+                   stderr=subprocess.STDOUT, check=False)
+  with open(out) as f:
+    got = json.load(f)
+  return {"peak_rss_bytes": int(got["maxrss_kib"]) * 1024, "rc": int(got["rc"])}
 
 
 def run_argv(config: str, workdir: str, steps: int, extra: list[str]) -> list[str]:

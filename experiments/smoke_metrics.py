@@ -29,9 +29,15 @@ import time
 
 from absl import app, flags
 
-_OUT = flags.DEFINE_string("out", None, "Directory that receives one work dir per run.")
-_COMPARE = flags.DEFINE_string("compare", None, "DIR_A,DIR_B: compare the runs' metrics.")
-_ONLY = flags.DEFINE_string("only", "", "Comma-separated run names (default: every run).")
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """The command's flags, defined only when it runs (absl flags are global: another experiments
+  module imported beside this one, e.g. `experiments.report`, also defines `--out`)."""
+  flags.DEFINE_string("out", None, "Directory that receives one work dir per run.")
+  flags.DEFINE_string("compare", None, "DIR_A,DIR_B: compare the runs' metrics.")
+  flags.DEFINE_string("only", "", "Comma-separated run names (default: every run).")
 
 _DEFAULT = "experiments/configs/default.py:smoke"
 _LADDER2 = "experiments/configs/ladder2.py:smoke"
@@ -114,7 +120,7 @@ def compare_dirs(dir_a: str, dir_b: str, names) -> dict[str, str | None]:
 
 
 def _names() -> list[str]:
-  names = [n for n in _ONLY.value.split(",") if n] or list(RUNS)
+  names = [n for n in FLAGS.only.split(",") if n] or list(RUNS)
   unknown = [n for n in names if n not in RUNS]
   if unknown:
     raise app.UsageError(f"--only names unknown runs {unknown}; expected names in {list(RUNS)}")
@@ -144,14 +150,14 @@ def _run_all(out: str, names: list[str]) -> int:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if bool(_OUT.value) == bool(_COMPARE.value):
+  if bool(FLAGS.out) == bool(FLAGS.compare):
     raise app.UsageError("give exactly one of --out=DIR and --compare=DIR_A,DIR_B")
   names = _names()
-  if _OUT.value:
-    sys.exit(_run_all(_OUT.value, names))
-  dirs = _COMPARE.value.split(",")
+  if FLAGS.out:
+    sys.exit(_run_all(FLAGS.out, names))
+  dirs = FLAGS.compare.split(",")
   if len(dirs) != 2:
-    raise app.UsageError(f"--compare={_COMPARE.value}: expected two directories DIR_A,DIR_B")
+    raise app.UsageError(f"--compare={FLAGS.compare}: expected two directories DIR_A,DIR_B")
   results = compare_dirs(*dirs, names)
   for name, diff in results.items():
     print(f"{name:20s} {diff or 'IDENTICAL'}")
@@ -159,4 +165,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

@@ -59,8 +59,8 @@ def test_carry_round_trips_through_json_exactly():
     ({"rl.tis_cap": 0.0}, "partial.enabled=True with config.rl.tis_cap=0; expected tis_cap > 0"),
     ({"rl.partial.groups": 2}, "partial.groups=2 is below prompts_per_step=4"),
     ({"rl.partial.groups": -1}, r"config.rl.partial.groups=-1: expected an integer >= 0"),
-    ({"rl.rollout": "latr"}, "partial.enabled=True with config.rl.rollout='latr'; expected "
-                             "rollout='iid'"),
+    ({"rl.rollout": "latr", "rl.latr.windows": (2,)},
+     "partial.enabled=True with config.rl.rollout='latr'; expected rollout='iid'"),
     ({"rl.dynamic_sampling": True}, "with config.rl.dynamic_sampling=True"),
     ({"data.source": "grain"}, "with config.data.source='grain'; expected 'memory'"),
 ])
