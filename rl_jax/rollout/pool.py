@@ -144,8 +144,8 @@ def assemble_tree(trees: Sequence, slots, index, pad, num_groups: int) -> Tree:
   """
   if any(t is None for t in trees):
     raise ValueError("a ragged tree batch mixes rounds with and without a tree (extension "
-                     "rounds use the iid engine; config.rl.allocation.probe and "
-                     "advantage='v05' are not supported with tree rollouts)")
+                     "rounds use the iid engine; config.rl.allocation.probe and an advantage "
+                     "that draws extra rounds are not supported with tree rollouts)")
   widths = {np.asarray(t.parent).shape[1] for t in trees}
   if len(widths) != 1:
     raise ValueError(f"the rounds' trees have different node capacities {sorted(widths)}")

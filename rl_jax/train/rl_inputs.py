@@ -160,7 +160,7 @@ def _estimator_inputs(r_rk, scalar, rollout: Rollout, hyper, accepts, token_kl, 
 def _prior(rollout: Rollout, name: str) -> jax.Array:
   if rollout.prior is None:
     raise ValueError(f"estimator {name!r} needs the per-row prior (p0, w) in rollout.prior "
-                     "(set by the 'v05_extra' round rule); got a rollout without one")
+                     "(set by the round rule its entry turns on); got a rollout without one")
   return jnp.asarray(rollout.prior, jnp.float32)
 
 def _process_advantages(adv, weight, scalar, rollout: Rollout, hyper, grouped, valid):
