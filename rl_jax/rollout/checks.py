@@ -15,7 +15,7 @@ from __future__ import annotations
 from rl_jax.rl import advantages
 from rl_jax.rl import allocation as alloc_lib
 from rl_jax.rollout import april, planner, rules  # noqa: F401  (april registers its engine)
-from rl_jax.rollout.engines import ENGINES, ragged_modes, tree_modes
+from rl_jax.rollout.engines import ENGINES, ragged_modes, switched_on, tree_modes
 from rl_jax.rollout.requests import batch_rows, is_ragged, max_group_size
 
 
@@ -32,7 +32,7 @@ def check_config(config) -> None:
   if rl.overlong_buffer > config.sampling.max_new_tokens:
     raise ValueError(f"config.rl.overlong_buffer={rl.overlong_buffer}: expected an integer in "
                      f"[0, sampling.max_new_tokens={config.sampling.max_new_tokens}]")
-  _engine_check(rl.rollout, config)
+  _run(ENGINES.get(rl.rollout).check, config)
   # Ragged batches carry a tree per slot across rounds (pool.assemble_tree); dense ones
   # only the one round's tree.
   tree_across_rounds = is_ragged(config) and rl.rollout in tree_modes()
@@ -41,18 +41,14 @@ def check_config(config) -> None:
                      f"{rl.rollout!r} (groups carry a tree) in dense groups; use rollout in "
                      f"{_untreed()}, or ragged groups (config.rl.max_group_size > 0)")
   _check_layout(config)
-  for name, entry in ENGINES.entries():  # Engines a switch turns on beside the mode (APRIL).
-    if entry.switch is not None and entry.switch(config):
-      _engine_check(name, config)
+  for name in switched_on(config):  # Engines a switch turns on beside the mode (APRIL).
+    _run(ENGINES.get(name).check, config)
   rules.active_rules(config)
-  check = advantages.ADVANTAGES.declared(rl.advantage, "check")
-  if check is not None:
-    check(config)
+  _run(advantages.ADVANTAGES.declared(rl.advantage, "check"), config)
 
 
-def _engine_check(name: str, config) -> None:
-  """Runs engine `name`'s declared `check(config)` (if any)."""
-  check = ENGINES.get(name).check
+def _run(check, config) -> None:
+  """Runs an entry's declared `check(config)` (None: the entry declared none)."""
   if check is not None:
     check(config)
 

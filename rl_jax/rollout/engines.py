@@ -136,20 +136,22 @@ def tree_modes() -> tuple[str, ...]:
   return tuple(n for n in ragged_modes() if ENGINES.get(n).tree)
 
 
+def switched_on(config) -> tuple[str, ...]:
+  """The engines that are not values of `config.rl.rollout` but whose switch `config` turns on
+  (APRIL), in registration order."""
+  return tuple(n for n, e in ENGINES.entries() if e.switch is not None and e.switch(config))
+
+
 def fresh_engine(config, round_idx: int) -> str:
-  """The engine of fresh round `round_idx`: in round 0 the first engine whose switch the config
-  turns on (APRIL), else `config.rl.rollout`."""
-  if round_idx == 0:
-    for name, entry in ENGINES.entries():
-      if entry.switch is not None and entry.switch(config):
-        return name
-  return config.rl.rollout
+  """The engine of fresh round `round_idx`: in round 0 the first engine switched on (APRIL),
+  else `config.rl.rollout`."""
+  on = switched_on(config) if round_idx == 0 else ()
+  return on[0] if on else config.rl.rollout
 
 
 def engines_of(config) -> tuple[Engine, ...]:
   """The entries a config's fresh rounds use: `config.rl.rollout`'s and any switched on."""
-  on = [e for _, e in ENGINES.entries() if e.switch is not None and e.switch(config)]
-  return (ENGINES.get(config.rl.rollout), *on)
+  return tuple(ENGINES.get(n) for n in (config.rl.rollout, *switched_on(config)))
 
 
 def example(config, batch: Rollout) -> Rollout:
