@@ -13,17 +13,11 @@ import numpy as np
 import pytest
 
 from rl_jax import models, sampling
-from rl_jax.rl import logprobs
 from rl_jax.sampling import arrol, echo, eptree, latr, partial, refill, treepo
+import jitted_models  # tests/jitted_models.py
 
 EOS = 1
 pytestmark = pytest.mark.usefixtures("fast_compiles")
-_init_params = jax.jit(models.init_params, static_argnums=0)
-_prefill = jax.jit(models.prefill, static_argnums=0)
-_decode_step = jax.jit(models.decode_step, static_argnums=0)
-_forward = jax.jit(models.forward, static_argnums=0)
-_completion_logprobs = jax.jit(logprobs.completion_logprobs, static_argnums=0,
-                               static_argnames=("temperature", "group_size", "with_entropy"))
 
 # Layers 0 and 2 local (window 3, RoPE base 100), layer 1 global (base 10,000).
 GEMMA3_TINY = models.ModelConfig(
@@ -34,7 +28,7 @@ GEMMA3_TINY = models.ModelConfig(
 
 
 def _params(cfg):
-  params = _init_params(cfg, jax.random.key(0))
+  params = jitted_models.init_params(cfg, jax.random.key(0))
   # Larger attention weights and a flatter head: attention patterns matter, branching happens.
   scale = lambda path, x: x * (6.0 if "self_attn" in jax.tree_util.keystr(path) else 1.0)
   params = jax.tree_util.tree_map_with_path(scale, params)
@@ -57,9 +51,10 @@ def setup(request):
 
 
 def _trainer_logp(cfg, params, prompt, prompt_mask, tokens, mask, temperature=1.0, group=1):
-  return _completion_logprobs(cfg, params, jnp.asarray(prompt), jnp.asarray(prompt_mask),
-                              jnp.asarray(tokens), jnp.asarray(mask), temperature=temperature,
-                              group_size=group)
+  return jitted_models.completion_logprobs(cfg, params, jnp.asarray(prompt),
+                                           jnp.asarray(prompt_mask), jnp.asarray(tokens),
+                                           jnp.asarray(mask), temperature=temperature,
+                                           group_size=group)
 
 
 def test_cached_decode_equals_full_forward_past_the_window(setup):
@@ -67,19 +62,21 @@ def test_cached_decode_equals_full_forward_past_the_window(setup):
   b, p = prompt.shape
   steps = 7  # Sequences of up to 13 tokens against a window of 3.
   cache = models.init_cache(cfg, b, p + steps)
-  logits, cache = _prefill(cfg, params, cache, jnp.asarray(prompt), jnp.asarray(prompt_mask))
+  logits, cache = jitted_models.prefill(cfg, params, cache, jnp.asarray(prompt),
+                                        jnp.asarray(prompt_mask))
   fed = np.random.default_rng(1).integers(2, cfg.vocab_size, (b, steps)).astype(np.int32)
   cached = [logits]
   for t in range(steps):
-    logits, cache = _decode_step(cfg, params, cache, jnp.asarray(fed[:, t]))
+    logits, cache = jitted_models.decode_step(cfg, params, cache, jnp.asarray(fed[:, t]))
     cached.append(logits)
   seq = np.concatenate([prompt, fed], axis=1)
   seq_mask = np.concatenate([prompt_mask, np.ones((b, steps), bool)], axis=1)
-  full = np.asarray(_forward(cfg, params, jnp.asarray(seq), jnp.asarray(seq_mask)))
+  full = np.asarray(jitted_models.forward(cfg, params, jnp.asarray(seq), jnp.asarray(seq_mask)))
   np.testing.assert_allclose(np.stack(cached, axis=1), full[:, p - 1:], atol=1e-4)
   # The window is what the model computes: without it the same parameters give other logits.
   wide = dataclasses.replace(cfg, sliding_window=64)
-  full_wide = np.asarray(_forward(wide, params, jnp.asarray(seq), jnp.asarray(seq_mask)))
+  full_wide = np.asarray(jitted_models.forward(wide, params, jnp.asarray(seq),
+                                               jnp.asarray(seq_mask)))
   assert np.abs(full_wide[:, -1] - full[:, -1]).max() > 1e-2
 
 
@@ -204,9 +201,9 @@ def test_soft_capped_logits_match_between_sampler_and_trainer():
   prompt_mask = prompt > 0
   out = sampling.generate(params, prompt, prompt_mask, jax.random.key(2), cfg=cfg,
                           strategy=sampling.Sampling(0.8), max_new_tokens=6, eos_id=EOS)
-  logp, ent = _completion_logprobs(cfg, params, prompt, prompt_mask, out.tokens, out.mask,
-                                   temperature=0.8, with_entropy=True)
+  logp, ent = jitted_models.completion_logprobs(cfg, params, prompt, prompt_mask, out.tokens,
+                                                out.mask, temperature=0.8, with_entropy=True)
   np.testing.assert_allclose(out.logp, logp, atol=1e-5)
   np.testing.assert_allclose(out.entropy, ent, atol=1e-5)
-  logits = np.asarray(_forward(cfg, params, prompt, prompt_mask))
+  logits = np.asarray(jitted_models.forward(cfg, params, prompt, prompt_mask))
   assert np.abs(logits).max() <= 2.0 + 1e-6

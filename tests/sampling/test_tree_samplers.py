@@ -8,27 +8,19 @@ import numpy as np
 import pytest
 
 from rl_jax import models, sampling
-from rl_jax.rl import logprobs
 from rl_jax.sampling import eptree, latr
+import jitted_models  # tests/jitted_models.py
 
 EOS = 1
 # Compiling dominates these tiny shapes; the comparisons hold with or without XLA's optimizations.
 pytestmark = pytest.mark.usefixtures("fast_compiles")
-# The model calls the tests make themselves are jitted (eagerly, every primitive would compile on
-# its own, again for every new shape).
-_init_params = jax.jit(models.init_params, static_argnums=0)
-_prefill = jax.jit(models.prefill, static_argnums=0)
-_decode_step = jax.jit(models.decode_step, static_argnums=0)
-_forward = jax.jit(models.forward, static_argnums=0)
-_completion_logprobs = jax.jit(logprobs.completion_logprobs, static_argnums=0,
-                               static_argnames="temperature")
 
 
 @pytest.fixture(scope="module")
 def setup():
   cfg = models.ModelConfig(vocab_size=19, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                            d_ff=64, max_seq_len=64, tie_embeddings=False)
-  params = _init_params(cfg, jax.random.key(0))
+  params = jitted_models.init_params(cfg, jax.random.key(0))
   # Flatten the logits so that the top two tokens are often close (branching happens).
   params = jax.tree_util.tree_map(lambda x: x, params)
   params["lm_head"] = params["lm_head"] * 0.3
@@ -41,8 +33,9 @@ def setup():
 
 
 def _trainer_logp(cfg, params, prompt, prompt_mask, tokens, mask, temperature):
-  return _completion_logprobs(cfg, params, jnp.asarray(prompt), jnp.asarray(prompt_mask),
-                              jnp.asarray(tokens), jnp.asarray(mask), temperature=temperature)
+  return jitted_models.completion_logprobs(cfg, params, jnp.asarray(prompt),
+                                           jnp.asarray(prompt_mask), jnp.asarray(tokens),
+                                           jnp.asarray(mask), temperature=temperature)
 
 
 def test_fork_slots_assigns_candidates_to_free_slots_in_order():
@@ -58,17 +51,18 @@ def test_child_next_token_logits_equal_full_forward_right_after_fork(setup):
   cfg, params, prompt, prompt_mask = setup
   b, p = prompt.shape
   cache = models.init_cache(cfg, b, p + 4)
-  logits, cache = _prefill(cfg, params, cache, jnp.asarray(prompt), jnp.asarray(prompt_mask))
+  logits, cache = jitted_models.prefill(cfg, params, cache, jnp.asarray(prompt),
+                                        jnp.asarray(prompt_mask))
   first = jnp.argmax(logits, -1)
-  _, cache = _decode_step(cfg, params, cache, first)
+  _, cache = jitted_models.decode_step(cfg, params, cache, first)
   # Fork: row 2 is a copy of row 0 (src), then both decode a different next token.
   src = jnp.array([0, 1, 0])
   cache = cache.take_rows(src)
   nxt = jnp.array([5, 6, 7])
-  child_logits, _ = _decode_step(cfg, params, cache, nxt)
+  child_logits, _ = jitted_models.decode_step(cfg, params, cache, nxt)
   seq = jnp.concatenate([jnp.asarray(prompt)[src], first[src][:, None], nxt[:, None]], axis=1)
   seq_mask = jnp.concatenate([jnp.asarray(prompt_mask)[src], jnp.ones((b, 2), bool)], axis=1)
-  full = _forward(cfg, params, seq, seq_mask)[:, -1]
+  full = jitted_models.forward(cfg, params, seq, seq_mask)[:, -1]
   np.testing.assert_allclose(child_logits, full, atol=1e-4)
 
 
