@@ -53,6 +53,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from rl_jax import hostmem
 from rl_jax import parallel
 from rl_jax.models import layout
 
@@ -185,8 +186,12 @@ class Checkpointer:
     items = dict(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
     if self.data_iterator is not None:
       items["data"] = self._grain.checkpoint.CheckpointSave(self.data_iterator)
+    # The save copies the state into host buffers: start it from a trimmed heap and give those
+    # buffers back after it (rl_jax/hostmem.py), so the resident set does not keep the copy.
+    hostmem.release_free_heap()
     saved = self._manager.save(step, force=True, args=ocp.args.Composite(**items))
     self._manager.wait_until_finished()
+    hostmem.release_free_heap()
     if saved:
       # Multi-host: the directory is shared and orbax has finished every process's files by
       # now; process 0 writes the digest, and no process goes on before it is there.
