@@ -12,7 +12,8 @@ Nothing else is read, so regenerating from the same JSON gives the same bytes
 (tests/test_pages.py checks the committed pages against a fresh render).
 
 Every number names its source as `FILE: KEY`. KEY is a path into FILE's JSON: dots separate keys,
-`variants[NAME]` is the variant whose `name` is NAME, `rows[NAME]` the row whose `name` is NAME,
+`variants[NAME]` is the variant whose `name` is NAME, `rows[NAME]` the row whose `name` is NAME
+(an entry without a `name` is named by its `id`, else its `method`: `registered.comparisons[F1]`),
 `gates[I]` the I-th gate. A KEY that holds a list [mean, ci95] prints as `mean ± ci95`; a KEY
 that holds a number x whose sibling `x_ci95` exists prints as `x ± x_ci95`.
 
@@ -45,8 +46,12 @@ class Finding:
 
   `kind`: 'delta' (`variants[variant].paired_delta.<baseline>`, paired over the seeds both
   variants ran), 'share' (`variants[variant].recovered_share` ± `_ci95`, over
-  `recovered.seeds`) or 'from_to' (`keys` = (before, after) of `variants[variant]`, over its
-  `seeds`). `sft` names the SFT draw(s) the runs started from; `sft_draws` counts them.
+  `recovered.seeds`), 'from_to' (`keys` = (before, after) of `variants[variant]`, over its
+  `seeds`), 'registered' (a pre-registered comparison, `registered.comparisons[variant]` by its
+  id: the estimate ± its 95% interval over SFT draws, the Holm-adjusted p-value and whether it
+  replicated; experiments/report_registered.py) or 'registered_share' (the registered share of
+  `variant` (the method), its Fieller interval). `sft` names the SFT draw(s) the runs started
+  from; `sft_draws` counts them (for the registered kinds the report's count is printed).
   """
   id: str
   family: str
@@ -177,6 +182,16 @@ def split_key(key: str) -> list[tuple[str, str | None]]:
   return parts
 
 
+def _entry_name(x):
+  """An entry's name for `[NAME]`: its `name`, else its `id`, else its `method`."""
+  if not isinstance(x, dict):
+    return None
+  for k in ("name", "id", "method"):
+    if k in x:
+      return x[k]
+  return None
+
+
 def lookup(data, key: str):
   """The value at `key` (module docstring's syntax) in `data`; KeyError naming the key."""
   node = data
@@ -186,10 +201,10 @@ def lookup(data, key: str):
     node = node[name]
     if index is not None:
       if index.isdigit() and isinstance(node, list) and not any(
-          isinstance(x, dict) and x.get("name") == index for x in node):
+          _entry_name(x) == index for x in node):
         node = node[int(index)]
       else:
-        hits = [x for x in node if isinstance(x, dict) and x.get("name") == index]
+        hits = [x for x in node if _entry_name(x) == index]
         if len(hits) != 1:
           raise KeyError(f"{key}: {len(hits)} entries named {index!r}")
         node = hits[0]
@@ -225,8 +240,9 @@ def load(root: str, name: str) -> dict:
 @dataclasses.dataclass(frozen=True)
 class Cell:
   text: str  # the value as printed
-  seeds: int
+  seeds: int  # runs paired (seeds; for a registered comparison, SFT draw x seed pairs)
   source: str  # `FILE: KEY`
+  sft_draws: int | None = None  # read from the report (registered kinds), else the Finding's
 
 
 def _seed_ids(data, variant):
@@ -254,11 +270,28 @@ def cell(root: str, f: Finding) -> Cell:
     keys = " -> ".join(f"{base}.{k}" for k in f.keys)
     return Cell(f"{a:.3f} -> {b:.3f}", int(lookup(data, f"{base}.seeds")),
                 f"{f.report}: {keys}")
+  if f.kind == "registered":
+    key = f"registered.comparisons[{f.variant}]"
+    c = lookup(data, key)
+    verdict = {True: "replicated", False: "not replicated", None: "not judged yet"}[
+        c["replicated"]]
+    text = (f"{c['mean']:+.3f} ± {c['ci']:.3f} (Holm-corrected ± {c['ci_corrected']:.3f}; "
+            f"Holm p {c['p_holm']:.3f}): {verdict}")
+    return Cell(text, int(c["units"]), f"{f.report}: {key}", sft_draws=int(c["sfts"]))
+  if f.kind == "registered_share":
+    key = f"registered.shares[{f.variant}]"
+    s = lookup(data, key)
+    low, high = s["fieller95"]
+    text = (f"{s['share']:.2f}, Fieller [{low:.2f}, {high:.2f}]" if s["bounded"] else
+            f"{s['share']:.2f}, Fieller interval unbounded")
+    draws = len(lookup(data, "registered.sft_draws_complete"))
+    return Cell(text, int(s["replicates"]), f"{f.report}: {key}", sft_draws=draws)
   raise ValueError(f"finding {f.id}: unknown kind {f.kind!r}")
 
 
-def _sft(f: Finding) -> str:
-  draws = "one draw" if f.sft_draws == 1 else f"{f.sft_draws} draws"
+def _sft(f: Finding, c: Cell) -> str:
+  n = f.sft_draws if c.sft_draws is None else c.sft_draws
+  draws = "one draw" if n == 1 else f"{n} draws"
   return f"{f.sft} ({draws})"
 
 
@@ -272,7 +305,7 @@ def findings_table(root: str, findings, wording: bool) -> list[str]:
   for f in findings:
     c = cell(root, f)
     name = f"{f.method}: {f.measure}" + (f"; {f.wording}" if wording and f.wording else "")
-    lines.append(_row([name, c.text, str(c.seeds), _sft(f), f"`{c.source}`"]))
+    lines.append(_row([name, c.text, str(c.seeds), _sft(f, c), f"`{c.source}`"]))
   return lines
 
 
@@ -287,10 +320,20 @@ def by_id(ids):
 # ---------------------------------------------------------------------------------------------
 # The three outputs.
 
+def _draws_sentence(root: str, findings) -> str:
+  """How many SFT draws the findings rest on, as the table's reader needs it said."""
+  several = [f for f in findings if (cell(root, f).sft_draws or f.sft_draws) > 1]
+  if not several:
+    return "Every finding rests on ONE SFT draw; the column says which."
+  return ("The SFT column says how many SFT draws each finding rests on; a pre-registered "
+          "comparison over several draws treats the draw as the unit (its interval and Holm "
+          "p-value are over draws) and says whether the finding replicated.")
+
+
 def readme_block(root: str) -> str:
   """The lines between the README's markers (markers excluded), ending in a newline."""
   lines = ["", "What helps on the proving ground (test accuracy, paired over seeds; ± is the 95% "
-           "interval). Every finding rests on ONE SFT draw; the column says which.", ""]
+           "interval). " + _draws_sentence(root, by_id(HEADLINE)), ""]
   lines += findings_table(root, by_id(HEADLINE), wording=True)
   lines += ["", "Generated by `python -m experiments.pages` from the cited report JSON; every "
             "method, both SFT draws and the benchmarks: [docs/results.md](docs/results.md), "

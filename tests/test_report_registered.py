@@ -194,3 +194,27 @@ def test_the_report_command_prints_the_registration_and_marks_the_rest_explorato
   assert [c["id"] for c in data["registered"]["comparisons"]] == ["M", "O"]
   by = {v["name"]: v for v in data["variants"]}
   assert by["method"]["sfts"] == 4 - 1 and "2/1" in by["method"]["test_accuracy_by_seed"]
+
+
+def test_the_pages_print_a_registered_comparison_and_its_verdict(tmp_path):
+  """experiments/pages.py's 'registered' kinds read the report's `registered` section: the
+  estimate, its interval, the Holm p-value, the verdict, the SFT draws and the units."""
+  from experiments import pages  # pylint: disable=import-outside-toplevel
+  runs = _sweep(tmp_path / "runs")
+  data = report_registered.registered(runs, REG, "rl_test_accuracy", str(tmp_path / "toy.json"))
+  os.makedirs(tmp_path / pages.SWEEPS)
+  (tmp_path / pages.SWEEPS / "toy_report.json").write_text(json.dumps(dict(registered=data)))
+  row = lambda kind, variant: pages.Finding("x", "f", "m", "d", "toy_report.json", variant, kind)
+  o = pages.cell(str(tmp_path), row("registered", "O"))
+  by = {c["id"]: c for c in data["comparisons"]}
+  assert o.text == (f"+0.070 ± {by['O']['ci']:.3f} (Holm-corrected ± "
+                    f"{by['O']['ci_corrected']:.3f}; Holm p {by['O']['p_holm']:.3f}): replicated")
+  assert (o.seeds, o.sft_draws) == (6, 3)
+  assert o.source == "toy_report.json: registered.comparisons[O]"
+  m = pages.cell(str(tmp_path), row("registered", "M"))
+  assert m.text.startswith("+0.033 ± ") and m.text.endswith(": not replicated")
+  share = pages.cell(str(tmp_path), row("registered_share", "method"))
+  low, high = data["shares"][0]["fieller95"]
+  assert share.text == f"0.48, Fieller [{low:.2f}, {high:.2f}]" and share.sft_draws == 3
+  table = pages.findings_table(str(tmp_path), [row("registered", "O")], wording=False)
+  assert "| 6 | first (3 draws) |" in table[-1]
