@@ -66,6 +66,7 @@ def main(argv=None) -> dict:
   if args.steps < 1:
     raise SystemExit(f"--steps={args.steps}: expected at least 1 RL step")
   root = args.workdir or tempfile.mkdtemp(prefix="peak_rss_")
+  os.makedirs(root, exist_ok=True)
   results = {}
   for name, flags in (("shipped", []), ("variant", shlex.split(args.variant))):
     flags = shlex.split(args.extra) + flags

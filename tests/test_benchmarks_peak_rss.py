@@ -35,7 +35,9 @@ def test_main_prints_one_line_with_both_runs_and_their_ratio(tmp_path, monkeypat
   sizes = {"shipped": 60, "variant": 240}
   monkeypatch.setattr(bench, "run_argv", lambda config, workdir, steps, extra: _holding(
       sizes[workdir.rsplit("/", 1)[-1]]))
-  out = bench.main(["--config=experiments/configs/default.py:smoke", f"--workdir={tmp_path}"])
+  # A --workdir that does not exist yet is made (the runs and their logs go under it).
+  out = bench.main(["--config=experiments/configs/default.py:smoke",
+                    f"--workdir={tmp_path / 'new' / 'dir'}"])
   line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
   assert line == out and line["benchmark"] == "peak_rss"
   shipped, variant = (line["results"][k]["peak_rss_bytes"] for k in ("shipped", "variant"))
