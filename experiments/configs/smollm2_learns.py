@@ -32,8 +32,9 @@ greedy and one sample each before and after RL; every 5 steps greedy on 200 of t
 Measured (docs/research/smollm2-learns.md and docs/research/learn-parity.md):
 on the 2-core CPU, held-out greedy accuracy went from 0.162 to 0.458 / 0.444 (seeds 0 / 1) in
 28 / 32 minutes with other jobs sharing the machine, peak memory about 11.7 GB; with remat,
-8 micro-batches and the freed SFT copy 0.162 to 0.476 (seed 0), two steps peak at 3.9 GB and the
-30 steps at 5.3 GB (what grows between steps is being found). On one H200,
+8 micro-batches, the freed SFT copy and the heap trimmed around each checkpoint
+(rl_jax/hostmem.py): 0.162 to 0.476 (seed 0, the same numbers), peak memory 3.85 GB over the
+30 steps. On one H200,
 the 30 steps took 0.155 s each (TRL's GRPOTrainer on the same run: 1.65 s), and held-out greedy
 accuracy went from 0.164 to 0.464 / 0.516.
 """
@@ -60,7 +61,7 @@ def get_config(arg: str = ""):
   c.rl.update(steps=30, prompts_per_step=8, group_size=8, eval_every=5, eval_subset=200,
               kl_coef=0.0, kl_kind="k3")
   c.rl.optim.update(lr=1e-5, grad_clip=1.0)
-  # Host memory (docs/research/smollm2-learns.md: 10.8 GB -> 3.9 GB for two steps): each block's
+  # Host memory (docs/research/smollm2-learns.md: 10.8 GB -> 3.85 GB over the run): each block's
   # activations are recomputed in the backward pass and the update accumulates over 8
   # micro-batches of one prompt's 8 rows; the SFT copy of the weights is freed (no KL term, no
   # more-SFT control).
