@@ -19,7 +19,7 @@ LAYERS = {
     1: ("kernels", "rl_jax.models", "rl_jax.registry", "rl_jax.types", "rl_jax.parallel",
         "rl_jax.tokenizers", "rl_jax.metrics", "rl_jax.checkpoint", "rl_jax.chips",
         "rl_jax.seeds", "rl_jax.workdir", "rl_jax.train_state", "rl_jax.compile_cache",
-        "rl_jax.fingerprint", "rl_jax.platforms"),
+        "rl_jax.fingerprint", "rl_jax.platforms", "rl_jax.hostmem"),
     2: ("rl_jax.sampling", "rl_jax.data", "rl_jax.rewards", "rl_jax._reward_worker"),
     3: ("rl_jax.experiment",),
     4: ("rl_jax.rl",),
