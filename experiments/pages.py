@@ -250,6 +250,11 @@ def _seed_ids(data, variant):
   return set(v.get("seed_ids") or [int(s) for s in v.get("test_accuracy_by_seed", {})])
 
 
+def _num(x, spec: str) -> str:
+  """`x` formatted by `spec`; 'n/a' for a value the report could not estimate (null)."""
+  return "n/a" if x is None else format(x, spec)
+
+
 def cell(root: str, f: Finding) -> Cell:
   """The printed value, its number of seeds and its source, read from f.report."""
   data = load(root, f.report)
@@ -275,15 +280,15 @@ def cell(root: str, f: Finding) -> Cell:
     c = lookup(data, key)
     verdict = {True: "replicated", False: "not replicated", None: "not judged yet"}[
         c["replicated"]]
-    text = (f"{c['mean']:+.3f} ± {c['ci']:.3f} (Holm-corrected ± {c['ci_corrected']:.3f}; "
-            f"Holm p {c['p_holm']:.3f}): {verdict}")
+    text = (f"{_num(c['mean'], '+.3f')} ± {_num(c['ci'], '.3f')} (Holm-corrected ± "
+            f"{_num(c['ci_corrected'], '.3f')}; Holm p {_num(c['p_holm'], '.3f')}): {verdict}")
     return Cell(text, int(c["units"]), f"{f.report}: {key}", sft_draws=int(c["sfts"]))
   if f.kind == "registered_share":
     key = f"registered.shares[{f.variant}]"
     s = lookup(data, key)
     low, high = s["fieller95"]
-    text = (f"{s['share']:.2f}, Fieller [{low:.2f}, {high:.2f}]" if s["bounded"] else
-            f"{s['share']:.2f}, Fieller interval unbounded")
+    text = (f"{_num(s['share'], '.2f')}, Fieller [{_num(low, '.2f')}, {_num(high, '.2f')}]"
+            if s["bounded"] else f"{_num(s['share'], '.2f')}, Fieller interval unbounded")
     draws = len(lookup(data, "registered.sft_draws_complete"))
     return Cell(text, int(s["replicates"]), f"{f.report}: {key}", sft_draws=draws)
   raise ValueError(f"finding {f.id}: unknown kind {f.kind!r}")

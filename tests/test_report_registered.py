@@ -218,3 +218,10 @@ def test_the_pages_print_a_registered_comparison_and_its_verdict(tmp_path):
   assert share.text == f"0.48, Fieller [{low:.2f}, {high:.2f}]" and share.sft_draws == 3
   table = pages.findings_table(str(tmp_path), [row("registered", "O")], wording=False)
   assert "| 6 | first (3 draws) |" in table[-1]
+  # A comparison the report could not estimate (null values, as report_stats writes NaN) prints
+  # as such instead of failing.
+  data["comparisons"][0].update(mean=None, ci=None, ci_corrected=None, p_holm=None,
+                                replicated=None)
+  (tmp_path / pages.SWEEPS / "toy_report.json").write_text(json.dumps(dict(registered=data)))
+  assert pages.cell(str(tmp_path), row("registered", "M")).text == (
+      "n/a ± n/a (Holm-corrected ± n/a; Holm p n/a): not judged yet")
