@@ -153,3 +153,33 @@ def test_research_log_pages_open_with_a_status_and_are_indexed():
     if m.group(2):
       assert os.path.exists(os.path.join(folder, m.group(2))), (name, m.group(2))
     assert f"]({name})" in index, name
+
+
+def test_registered_rows_come_first_and_the_rest_is_exploratory(tmp_path, monkeypatch):
+  """With a pre-registered study's rows in FINDINGS (the toy registration of
+  test_report_registered.py), the results page opens with them and calls the other tables
+  exploratory; the README's sentence says how many draws each row rests on."""
+  import test_report_registered as toy  # pylint: disable=import-outside-toplevel
+  from experiments import report_registered  # pylint: disable=import-outside-toplevel
+  _copy_inputs(tmp_path)
+  runs = toy._sweep(tmp_path / "runs")
+  data = report_registered.registered(runs, toy.REG, "rl_test_accuracy", str(tmp_path / "r.json"))
+  (tmp_path / pages.SWEEPS / "toy_report.json").write_text(json.dumps(dict(registered=data)))
+  rows = (pages.Finding("toy_o", "process reward", "toy oracle", "Δ vs grpo", "toy_report.json",
+                        "O", "registered", sft="toy draws"),
+          pages.Finding("toy_share", "process reward", "toy method", "share", "toy_report.json",
+                        "method", "registered_share", sft="toy draws"))
+  monkeypatch.setattr(pages, "FINDINGS", pages.FINDINGS + rows)
+  monkeypatch.setattr(pages, "HEADLINE", ("toy_o",) + pages.HEADLINE[1:])
+  out = pages.render(str(tmp_path))
+  results = out["docs/results.md"]
+  first, headline = results.index("## Pre-registered replication"), results.index("## Headline")
+  assert first < headline
+  section = results[first:headline]
+  assert "toy oracle: Δ vs grpo" in section and ": replicated |" in section
+  assert "| 6 | toy draws (3 draws) |" in section and "toy method: share" in section
+  assert "## Every method, by family (exploratory)" in results
+  assert "every other finding rests on one SFT draw and is exploratory" in results
+  # The toy rows are in the replication section, not again among the exploratory families.
+  assert results.count("toy oracle: Δ vs grpo") == 2  # the replication section and the headline
+  assert "a pre-registered comparison over several draws" in _block(out["README.md"])
