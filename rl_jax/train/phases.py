@@ -270,6 +270,12 @@ def _injected_nan_step(exp: Experiment) -> int:
   return int(k)
 
 
+def _shares_buffers(tree, other) -> bool:
+  """Whether an array of `tree` is an array of `other` itself (a jit output may be its input)."""
+  ids = {id(a) for a in jax.tree_util.tree_leaves(other)}
+  return any(id(a) in ids for a in jax.tree_util.tree_leaves(tree))
+
+
 def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None, *,
        release_sft_params: bool = False) -> PhaseResult:
   """GRPO-family RL from the SFT policy, with the SFT policy as the frozen reference.
@@ -294,11 +300,8 @@ def rl(exp: Experiment, sft_params, writer: MetricsWriter, eval_fn=None, *,
     eval_fn = c.wrap_eval(eval_fn)
   hyper = hyper_lib.hyper_from_config(exp.config)
   params_sh = parallel.tree_shardings(sft_params, exp.mesh)
-  # (Never the state's own arrays: a jit output may be its input array itself.)
-  shared = {id(a) for a in jax.tree_util.tree_leaves(state)}
   if release_sft_params and not hyper.kl_coef and not any(
-      c.keeps_sft_params for c in companions.values()) and not any(
-          id(a) in shared for a in jax.tree_util.tree_leaves(sft_params)):
+      c.keeps_sft_params for c in companions.values()) and not _shares_buffers(sft_params, state):
     jax.tree_util.tree_map(lambda a: a.delete(), sft_params)
     sft_params = params_sh = None  # rl_step reads its reference only when kl_coef > 0.
   example = collect.example_batch(exp)
