@@ -66,39 +66,59 @@ def _seed_ids(data, variant):
   return set(v["seed_ids"])
 
 
-def test_every_number_of_the_readme_block_is_at_its_cited_key():
-  with open(os.path.join(ROOT, "README.md")) as f:
-    block = _block(f.read())
+def _expected(data, keys):
+  """(numbers the cell shows, pairs it counts, SFT draws, verdict or None) at a source's keys."""
+  if keys.startswith("registered.comparisons["):
+    c = pages.lookup(data, keys)
+    shown = [c[k] for k in ("mean", "ci", "ci_corrected", "p_holm") if c[k] is not None]
+    verdict = {True: "replicated", False: "not replicated", None: "not judged yet"}[
+        c["replicated"]]
+    return shown, c["units"], c["sfts"], verdict
+  if keys.startswith("registered.shares["):
+    s = pages.lookup(data, keys)
+    shown = [x for x in [s["share"]] + (list(s["fieller95"]) if s["bounded"] else [])
+             if x is not None]
+    return shown, s["replicates"], len(pages.lookup(data, "registered.sft_draws_complete")), None
+  variant = re.match(r"variants\[([^\]]+)\]", keys).group(1)
+  if " -> " in keys:  # before -> after
+    expected = [pages.lookup(data, k) for k in keys.split(" -> ")]
+    return expected, pages.lookup(data, f"variants[{variant}].seeds"), 1, None
+  got = pages.lookup(data, keys)
+  expected = got if isinstance(got, list) else [got, pages.lookup(data, keys + "_ci95")]
+  if keys.endswith(".recovered_share"):
+    n = pages.lookup(data, f"variants[{variant}].recovered.seeds")
+  else:
+    baseline = keys.rsplit(".", 1)[1]
+    n = len(_seed_ids(data, variant) & _seed_ids(data, baseline))
+  return expected, n, 1, None
+
+
+def _check_block(root, block):
+  """Every number of a README results block is at the key its row cites, with its seeds, its
+  SFT draws and (a registered comparison) its verdict."""
   rows = [l for l in block.splitlines() if l.startswith("| ") and not l.startswith("| ---")][1:]
   assert 6 <= len(rows) <= 10
   for row in rows:
     cells = [c.strip() for c in row.strip("|").split(" | ")]
     value, seeds, sft, source = cells[-4:]
-    assert "one draw" in sft, row  # the table says how many SFT draws each finding rests on
     report, keys = source.strip("`").split(": ", 1)
-    with open(os.path.join(ROOT, pages.SWEEPS, report)) as f:
+    with open(os.path.join(root, pages.SWEEPS, report)) as f:
       data = json.load(f)
+    expected, n, draws, verdict = _expected(data, keys)
+    # The table says how many SFT draws each finding rests on.
+    assert sft.endswith("(one draw)" if draws == 1 else f"({draws} draws)"), row
+    if verdict is not None:
+      assert value.endswith(": " + verdict), row
     shown = _numbers(value)
-    if " -> " in keys:  # before -> after
-      expected = [pages.lookup(data, k) for k in keys.split(" -> ")]
-      variant = re.match(r"variants\[([^\]]+)\]", keys).group(1)
-      n = pages.lookup(data, f"variants[{variant}].seeds")
-    else:
-      got = pages.lookup(data, keys)
-      if isinstance(got, list):  # [mean, ci95]
-        expected = got
-      else:
-        expected = [got, pages.lookup(data, keys + "_ci95")]
-      variant = re.match(r"variants\[([^\]]+)\]", keys).group(1)
-      if keys.endswith(".recovered_share"):
-        n = pages.lookup(data, f"variants[{variant}].recovered.seeds")
-      else:
-        baseline = keys.rsplit(".", 1)[1]
-        n = len(_seed_ids(data, variant) & _seed_ids(data, baseline))
     assert len(shown) == len(expected), row
     for (s, digits), e in zip(shown, expected):
       assert abs(s - e) <= 0.5 * 10 ** -digits + 1e-12, (row, s, e)
     assert int(seeds) == n, row
+
+
+def test_every_number_of_the_readme_block_is_at_its_cited_key():
+  with open(os.path.join(ROOT, "README.md")) as f:
+    _check_block(ROOT, _block(f.read()))
 
 
 def test_readme_without_markers_is_a_one_line_error(tmp_path):
@@ -170,7 +190,7 @@ def test_registered_rows_come_first_and_the_rest_is_exploratory(tmp_path, monkey
           pages.Finding("toy_share", "process reward", "toy method", "share", "toy_report.json",
                         "method", "registered_share", sft="toy draws"))
   monkeypatch.setattr(pages, "FINDINGS", pages.FINDINGS + rows)
-  monkeypatch.setattr(pages, "HEADLINE", ("toy_o",) + pages.HEADLINE[1:])
+  monkeypatch.setattr(pages, "HEADLINE", ("toy_o", "toy_share") + pages.HEADLINE[2:])
   out = pages.render(str(tmp_path))
   results = out["docs/results.md"]
   first, headline = results.index("## Pre-registered replication"), results.index("## Headline")
@@ -183,3 +203,4 @@ def test_registered_rows_come_first_and_the_rest_is_exploratory(tmp_path, monkey
   # The toy rows are in the replication section, not again among the exploratory families.
   assert results.count("toy oracle: Δ vs grpo") == 2  # the replication section and the headline
   assert "a pre-registered comparison over several draws" in _block(out["README.md"])
+  _check_block(str(tmp_path), _block(out["README.md"]))  # the registered rows' numbers too
