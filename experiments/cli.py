@@ -22,7 +22,7 @@ import re
 import sys
 from typing import Callable
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from rl_jax import platforms
 
@@ -47,6 +47,15 @@ def one_line(e: BaseException) -> str:
   if isinstance(e, (ValueError, OSError, KeyError, flags.Error, app.UsageError)):
     return text or type(e).__name__
   return f"{type(e).__name__}: {text} ({DEBUG_ENV}=1 shows the traceback)"
+
+
+def start(argv, quiet: bool = True) -> None:
+  """What an entry point's `main` does first: no positional arguments (a usage error naming
+  them) and, when `quiet`, absl's INFO lines off unless `--verbosity` is given."""
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if quiet and not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
 
 
 def fail(message: str, status: int = 1):

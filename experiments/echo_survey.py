@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from experiments import cli
 from rl_jax.tools import echo_survey
@@ -40,10 +40,7 @@ def _overrides(items) -> dict:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
+  cli.start(argv)
   result = echo_survey.survey(_WORKDIR.value, phase=_PHASE.value, num_prompts=_NUM_PROMPTS.value,
                               samples=_SAMPLES.value, seed=_SEED.value,
                               overrides=_overrides(_ECHO.value))

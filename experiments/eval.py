@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import cli
@@ -60,10 +60,7 @@ def parse_ks(values) -> tuple[int, ...]:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
+  cli.start(argv)
   config = cli.run_config(_CONFIG, _WORKDIR.value)
   result = runner.evaluate_run(
       config, _WORKDIR.value, dataset=_DATASET.value, ks=parse_ks(_K.value),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from absl import app, flags, logging
+from absl import flags
 
 from experiments import cli
 from rl_jax import workdir as workdir_lib
@@ -30,10 +30,7 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the samples.")
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
+  cli.start(argv)
   prms = _PRM.value or [d for d in (os.path.join(_WORKDIR.value, "prm", k)
                                     for k in train_prm.KINDS) if os.path.isdir(d)]
   result = judge_prm.evaluate(

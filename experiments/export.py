@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from absl import app, flags, logging
+from absl import flags
 from ml_collections import config_flags
 
 from experiments import cli
@@ -28,10 +28,7 @@ _PHASE = flags.DEFINE_enum("phase", "final", list(runner.PHASES),
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
+  cli.start(argv)
   config = cli.run_config(_CONFIG, _WORKDIR.value)
   result = export.export_run(config, _WORKDIR.value, _OUT.value, phase=_PHASE.value)
   if "warning" in result:

@@ -49,8 +49,7 @@ _PRINT_CONFIG = flags.DEFINE_bool("print_config", False,
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.start(argv, quiet=False)
   config = cli.config_value(_CONFIG)
   if _PRINT_CONFIG.value:
     print(config)

@@ -22,7 +22,6 @@ import sys
 import time
 
 import jax
-import numpy as np
 from absl import flags
 from ml_collections import config_flags
 

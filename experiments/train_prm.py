@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from absl import app, flags, logging
+from absl import flags
 
 from experiments import cli
 from rl_jax.tools import train_prm
@@ -36,10 +36,7 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the problems, samples and PRM b
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
+  cli.start(argv)
   out = _OUT.value or os.path.join(_WORKDIR.value, "prm")
   result = train_prm.train(
       _WORKDIR.value, out, kinds=_KINDS.value, phase=_PHASE.value,

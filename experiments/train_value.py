@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from experiments import cli
 from ml_collections import config_flags
@@ -40,10 +40,7 @@ _OVERRIDES = flags.DEFINE_multi_string(
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
+  cli.start(argv)
   config = _CONFIG.value or workdir_lib.load_config(_WORKDIR.value)
   if "value" not in config:  # a run made before config.value existed
     from experiments.configs import common  # pylint: disable=import-outside-toplevel
