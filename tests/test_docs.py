@@ -6,10 +6,13 @@ and root Markdown files exists, and a section it names (` §N`, ` §N.M` or `#an
 of that page. (c) No file outside docs/ cites the design files that used to live outside the
 repository (their names are built below, so this file does not contain them). (d) The AOT table
 of docs/scaling.md is the one `experiments.aot_table` generates from experiments/aot_results/.
+(e) Every `python -m experiments...` or `benchmarks...` command the pages show names a module that
+exists and flags it defines.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import pathlib
 import re
@@ -184,3 +187,73 @@ def test_aot_table_rows_follow_the_data(tmp_path):
   assert "| rl_step | no: does not compile (RESOURCE_EXHAUSTED) | - | - |" in lines[3]
   with pytest.raises(ValueError, match="markers"):
     aot_table.rewrite("no markers here", "table")
+
+
+# ---------------------------------------------------------------------------------------------
+# (e) Every `python -m experiments.X` / `benchmarks.X` command the pages show names a module that
+# exists, and every `--flag` it passes is one that module (or a module it imports from
+# experiments/ or benchmarks/, or experiments/cli.py) defines. The research log is history and
+# may show flags since renamed; it is not read.
+_COMMAND = re.compile(r"python3? -m ((?:experiments|benchmarks)[\w.]*)((?: +[^\s`|&;)]+)*)")
+_DEFINED = re.compile(r"DEFINE_\w+\(\s*\"(\w+)\"|add_argument\(\s*\"--([\w-]+)\"")
+_ABSL_FLAGS = {"help", "helpfull", "helpshort", "verbosity", "v", "logtostderr", "flagfile",
+               "alsologtostderr", "only_check_args", "undefok"}
+
+
+def _module_file(module: str) -> pathlib.Path | None:
+  for rel in (module.replace(".", "/") + ".py", module.replace(".", "/") + "/__main__.py"):
+    if (ROOT / rel).is_file():
+      return ROOT / rel
+  return None
+
+
+def defined_flags(module: str) -> set[str] | None:
+  """The flag names a module's file and its in-repository imports define; None: no module."""
+  path = _module_file(module)
+  if path is None:
+    return None
+  sources = [path, ROOT / "experiments" / "cli.py"]
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("experiments",
+                                                                             "benchmarks")):
+      sources += [p for p in [_module_file(node.module)]
+                  + [_module_file(f"{node.module}.{a.name}") for a in node.names] if p]
+  names = set(_ABSL_FLAGS)
+  for source in sources:
+    for m in _DEFINED.finditer(source.read_text()):
+      names.add((m.group(1) or m.group(2)).replace("-", "_"))
+  return names
+
+
+def command_errors(text: str) -> list[str]:
+  """What is wrong with the commands in a page's text (lines joined at a trailing backslash)."""
+  errors = []
+  for m in _COMMAND.finditer(text.replace("\\\n", " ")):
+    module, args = m.group(1), m.group(2)
+    names = defined_flags(module)
+    if names is None:
+      errors.append(f"no module {module}")
+      continue
+    for flag in re.findall(r"(?<!\S)--(\w+)", args):
+      bare = flag[2:] if flag.startswith("no") and flag[2:] in names else flag
+      if bare not in names:
+        errors.append(f"{module} has no flag --{flag}")
+  return errors
+
+
+def test_command_check_finds_a_wrong_module_and_flag():
+  assert command_errors("python -m experiments.run --config=x --workdir=y --debug") == []
+  assert command_errors("python -m experiments.nope --x=1") == ["no module experiments.nope"]
+  assert command_errors("python -m experiments.eval \\\n  --workdr=runs/x") == [
+      "experiments.eval has no flag --workdr"]
+
+
+def test_every_documented_command_names_a_module_and_flags_that_exist():
+  pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "experiments" / "README.md"]
+  pages += [p for p in (ROOT / "docs").rglob("*.md") if "research" not in p.parts]
+  seen = 0
+  for page in pages:
+    text = page.read_text()
+    seen += len(_COMMAND.findall(text))
+    assert command_errors(text) == [], page.relative_to(ROOT)
+  assert seen >= 30  # the pages do show commands
