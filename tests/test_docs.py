@@ -7,12 +7,13 @@ of that page. (c) No file outside docs/ cites the design files that used to live
 repository (their names are built below, so this file does not contain them). (d) The AOT table
 of docs/scaling.md is the one `experiments.aot_table` generates from experiments/aot_results/.
 (e) Every `python -m experiments...` or `benchmarks...` command the pages show names a module that
-exists and flags it defines.
+exists and flags it defines, and each `--config.a.b` override is a field of its `--config=FILE`.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import pathlib
 import re
@@ -241,11 +242,46 @@ def command_errors(text: str) -> list[str]:
   return errors
 
 
+def _config(spec: str):
+  """The ConfigDict of `FILE[:variant]`, as `--config=` loads it."""
+  path, _, variant = spec.partition(":")
+  loader = importlib.util.spec_from_file_location("_doc_config", ROOT / path)
+  module = importlib.util.module_from_spec(loader)
+  loader.loader.exec_module(module)
+  return module.get_config(variant) if variant else module.get_config()
+
+
+def override_errors(text: str) -> list[str]:
+  """`--config.a.b=...` overrides of a command whose `--config=FILE` exists that name no field."""
+  errors = []
+  for m in _COMMAND.finditer(text.replace("\\\n", " ")):
+    spec = re.search(r"--config=([^\s\"']+)", m.group(2))
+    if not spec or not (ROOT / spec.group(1).partition(":")[0]).is_file():
+      continue  # no config, or a placeholder such as FILE
+    config = _config(spec.group(1))
+    for field in re.findall(r"--config\.([\w.]+)", m.group(2)):
+      if field.rsplit(".", 1)[-1] not in _fields(config, field):
+        errors.append(f"{spec.group(1)} has no field config.{field}")
+  return errors
+
+
+def _fields(config, field: str) -> set[str]:
+  """The keys of the ConfigDict that would hold `field` (a field set to None is still a field)."""
+  node = config
+  for key in field.split(".")[:-1]:
+    node = node.get(key) if hasattr(node, "get") else None
+  return set(node.keys()) if hasattr(node, "keys") else set()
+
+
 def test_command_check_finds_a_wrong_module_and_flag():
   assert command_errors("python -m experiments.run --config=x --workdir=y --debug") == []
   assert command_errors("python -m experiments.nope --x=1") == ["no module experiments.nope"]
   assert command_errors("python -m experiments.eval \\\n  --workdr=runs/x") == [
       "experiments.eval has no flag --workdr"]
+  good = "python -m experiments.run --config=experiments/configs/default.py --config.rl.clip_high=0.28"
+  assert override_errors(good) == []
+  assert override_errors(good.replace("rl.clip_high", "rl.clip_higher")) == [
+      "experiments/configs/default.py has no field config.rl.clip_higher"]
 
 
 def test_every_documented_command_names_a_module_and_flags_that_exist():
@@ -255,5 +291,5 @@ def test_every_documented_command_names_a_module_and_flags_that_exist():
   for page in pages:
     text = page.read_text()
     seen += len(_COMMAND.findall(text))
-    assert command_errors(text) == [], page.relative_to(ROOT)
+    assert command_errors(text) + override_errors(text) == [], page.relative_to(ROOT)
   assert seen >= 30  # the pages do show commands
