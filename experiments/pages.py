@@ -256,6 +256,26 @@ def _acc(root: str, report: str, variant: str = "grpo_g4") -> str:
   return f"{lookup(load(root, report), key):.3f} (`{report}: {key}`)"
 
 
+def _registration_lines(root: str, findings) -> list[str]:
+  """For each report the registered rows read: its registration file and commit, the runs'
+  commits, whether the registration precedes them, the SFT draws judged, the full report."""
+  out = []
+  for name in dict.fromkeys(f.report for f in findings):
+    data = lookup(load(root, name), "registered")
+    prov = data["provenance"]
+    reg = prov["registered"]
+    commits = sorted({e["commit"][:10] for e in prov["launches"] if e.get("commit")})
+    precedes = {True: "yes", False: "**no**", None: "unknown"}[prov["registration_precedes_runs"]]
+    out.append(
+        f"- `{data['file']}`: registered in "
+        + (f"commit {reg[0][:10]} ({reg[1]})" if reg else "no commit")
+        + f"; runs launched from {', '.join(commits) or 'no recorded commit'}; the registration "
+        f"precedes every run: {precedes}. SFT draws judged: "
+        f"{', '.join(map(str, data['sft_draws_complete'])) or 'none'}. The whole report (per-draw "
+        f"spread, sign tests, what each mechanism did): `{SWEEPS}/{name[:-len('.json')]}.md`.")
+  return out
+
+
 def results_page(root: str) -> str:
   registered = [f for f in FINDINGS if f.kind in REGISTERED_KINDS]
   out = ["# Results", "",
@@ -282,6 +302,7 @@ def results_page(root: str) -> str:
             "fresh SFT draws with the draw as the unit: the estimate ± its 95% interval over "
             "draws, the Holm-corrected interval and p-value over the declared comparisons, and "
             "whether the finding replicated (Holm p below 0.05).", ""]
+    out += _registration_lines(root, registered) + [""]
     out += findings_table(root, registered, wording=True)
     out.append("")
   out += ["## Headline", ""]

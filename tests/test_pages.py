@@ -198,6 +198,9 @@ def test_registered_rows_come_first_and_the_rest_is_exploratory(tmp_path, monkey
   section = results[first:headline]
   assert "toy oracle: Δ vs grpo" in section and ": replicated |" in section
   assert "| 6 | toy draws (3 draws) |" in section and "toy method: share" in section
+  # Where the rows come from: the registration, its commit (the toy file has none) and the report.
+  assert "registered in no commit" in section and "SFT draws judged: 1, 2, 3." in section
+  assert f"`{pages.SWEEPS}/toy_report.md`" in section
   assert "## Every method, by family (exploratory)" in results
   assert "every other finding rests on one SFT draw and is exploratory" in results
   # The toy rows are in the replication section, not again among the exploratory families.
