@@ -132,7 +132,10 @@ def registered(runs: list[dict], reg: dict, key: str, path: str,
       comparisons=[{k: (_num(v) if isinstance(v, float) else v) for k, v in c.items()}
                    for c in comps],
       shares=shares,
-      mechanism={row: _mechanism(runs, row, complete) for row in reg.get("mechanism", {})},
+      # Every registered row, so a declared check that compares rows (LATR's rollout tokens
+      # against its control's) has both sides.
+      mechanism={row: _mechanism(runs, row, complete) for row in reg["rows"]},
+      mechanism_checks=dict(reg.get("mechanism", {})),
       exploratory=[v for v in variants if v not in reg["rows"]],
       provenance=provenance(path, launches))
 
@@ -187,10 +190,12 @@ def registered_markdown(data: dict) -> str:
                  "unbounded (the oracle's gain is not resolved from 0)")
               + f" over {s['replicates']} replicates."]
   if data["mechanism"]:
-    lines += ["", "What acted (means over the complete draws' runs):", ""]
+    lines += ["", "What acted (per-step means over the complete draws' runs; the registered "
+              "check where the registration declares one):", ""]
+    checks = data.get("mechanism_checks", {})
     for row, mech in data["mechanism"].items():
       parts = ", ".join(f"{k} {v:.4g}" for k, v in mech.items() if v is not None) or "no runs"
-      lines.append(f"- `{row}`: {parts}")
+      lines.append(f"- `{row}`: {parts}" + (f" (check: {checks[row]})" if row in checks else ""))
   if data["exploratory"]:
     lines += ["", "Exploratory (not registered): " + ", ".join(data["exploratory"]) + "."]
   return "\n".join(lines) + "\n"

@@ -138,6 +138,9 @@ def test_registered_comparisons_pair_within_draws_and_adjust_by_holm(tmp_path):
   assert share["share"] == pytest.approx((0.1 / 3) / 0.07) and share["replicates"] == 3
   assert share["bounded"] and share["fieller95"][0] < share["share"] < share["fieller95"][1]
   assert data["mechanism"]["oracle"]["process/wrong_step_rows"] == pytest.approx(0.5)
+  assert data["mechanism"]["grpo"]["rollout_tokens"] == 10  # every row, for checks across rows
+  assert ("- `oracle`: process/wrong_step_rows 0.5, rollout_tokens 10 (check: "
+          "process/wrong_step_rows > 0)") in report_registered.registered_markdown(data)
   assert data["exploratory"] == []
   # A registration git does not know (no repository here) is said so, beside the launches.
   launches = tmp_path / "launches.jsonl"
