@@ -74,6 +74,33 @@ def test_the_dry_run_prints_the_first_draw_and_the_report_that_reads_the_registr
   assert not os.path.exists(os.path.join(tmp_path, "replication_v2", "launches.jsonl"))
 
 
+def test_status_counts_what_is_done_without_reading_results(tmp_path):
+  """--status as a user runs it: draw 101 complete, 102 half-way, 103 and 104 not begun."""
+  reg = prereg.load(FILE)
+  root = str(tmp_path)
+  for sft, rows_done in ((101, None), (102, 4)):
+    blk = replication.block(reg, root, sft)
+    for workdir in [blk["sft"][0]] + [w for w, _ in blk["runs"] + blk["prm_runs"]][:rows_done]:
+      os.makedirs(workdir)
+      with open(os.path.join(workdir, "summary.json"), "w") as f:
+        f.write("{}")  # its content is never read
+  os.makedirs(replication.run_dir(root, "replication_v2", 102, "latr_p64", 2))  # under way
+  prm = replication.block(reg, root, 101)["prm_dir"]
+  os.makedirs(os.path.join(os.path.dirname(prm), "judge"))
+  with open(os.path.join(os.path.dirname(prm), "judge", "prm-sft.json"), "w") as f:
+    f.write("{}")
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.sweeps.replication", f"--prereg={FILE}",
+       f"--workdir_root={tmp_path}", "--status"],
+      cwd=REPO, capture_output=True, text=True, check=True).stdout.splitlines()
+  assert out == [
+      "sft101: SFT done, PRM judged, runs 18/18 finished (complete)",
+      "sft102: SFT done, PRM not trained, runs 4/18 finished, 1 under way",
+      "sft103: SFT not started, PRM not trained, runs 0/18 finished",
+      "sft104: SFT not started, PRM not trained, runs 0/18 finished"]
+  assert not os.path.exists(os.path.join(tmp_path, "replication_v2", "launches.jsonl"))
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.pop("stopping_rule"), r"missing field\(s\) \['stopping_rule'\]"),
     (lambda d: d["comparisons"][0].update(method="pav_g8"),

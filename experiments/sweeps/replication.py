@@ -3,7 +3,7 @@ of a pre-registration file, run block by block, then its report.
 
     python -m experiments.sweeps.replication \
         --prereg=experiments/preregistrations/replication_v2.json \
-        --workdir_root=runs/sweeps --jobs=2 [--dry_run] [--report_only]
+        --workdir_root=runs/sweeps --jobs=2 [--dry_run] [--report_only] [--status]
 
 Per SFT draw S, in the file's order (its stopping rule): the SFT run (`sft.seed=S`, no RL) in
 ROOT/STUDY/_sft/sftS; PAV's PRM trained on it (the file's `prm` flags) in ROOT/STUDY/_prm/sftS
@@ -14,6 +14,10 @@ command continues an interrupted study (finished runs are skipped, half-finished
 Each launch appends the code's commit, whether the tree was clean, the start time (UTC) and
 the runs it had still to do to ROOT/STUDY/launches.jsonl, which the report reads to show that
 the pre-registration's commit precedes every run (no result depends on these times).
+
+`--status` prints, per SFT draw, what is done (the SFT, the PRM and its judgement, how many runs
+finished and how many are under way) and reads no result, so a study can be watched without its
+outcome being seen before the stopping rule is applied.
 
 The report is `experiments.report --prereg=FILE` over ROOT/STUDY/sft*/: the registered
 comparisons with the SFT draw as a random effect (docs/research/index.md names the study).
@@ -107,6 +111,32 @@ def _judged(judge_dir: str) -> bool:
   return os.path.isdir(judge_dir) and any(f.endswith(".json") for f in os.listdir(judge_dir))
 
 
+def _finished(workdir: str) -> bool:
+  return os.path.exists(os.path.join(workdir, "summary.json"))
+
+
+def status(reg: dict, root: str) -> list[str]:
+  """One line per SFT draw: its SFT, its PRM (trained, judged), runs finished and under way (a work
+  dir without summary.json), and whether the block is complete. Reads no metric or result."""
+  lines = []
+  for sft in reg["sft_draws"]:
+    blk = block(reg, root, sft)
+    runs = [w for w, _ in blk["runs"] + blk["prm_runs"]]
+    done = sum(map(_finished, runs))
+    started = sum(os.path.isdir(w) and not _finished(w) for w in runs)
+    sft_state = ("done" if _finished(blk["sft"][0]) else
+                 "under way" if os.path.isdir(blk["sft"][0]) else "not started")
+    parts = [f"sft{sft}: SFT {sft_state}"]
+    if blk["prm"]:
+      judge = os.path.join(os.path.dirname(blk["prm_dir"]), "judge")
+      parts.append("PRM " + ("judged" if _judged(judge) else "trained" if os.path.exists(
+          os.path.join(blk["prm_dir"], "prm.json")) else "not trained"))
+    parts.append(f"runs {done}/{len(runs)} finished" + (f", {started} under way" if started
+                                                        else ""))
+    lines.append(", ".join(parts) + (" (complete)" if done == len(runs) else ""))
+  return lines
+
+
 def run_block(blk: dict, jobs: int, dry_run: bool) -> None:
   """The SFT, then the PRM (trained and judged in the background) beside the rows that need no
   PRM, then the rows that read it."""
@@ -143,6 +173,8 @@ if __name__ == "__main__":
   _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands instead of running them.")
   _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Write the report from the finished "
                                    "runs; start none.")
+  _STATUS = flags.DEFINE_bool("status", False, "Print each SFT draw's progress (reads no "
+                              "result); start nothing.")
 
   def main(argv):
     if len(argv) > 1:
@@ -152,12 +184,15 @@ if __name__ == "__main__":
     except (OSError, ValueError) as e:
       raise app.UsageError(str(e)) from None
     root = _ROOT.value
+    if _STATUS.value:
+      print("\n".join(status(reg, root)))
+      return
     draws = reg["sft_draws"][:_DRAWS.value] if _DRAWS.value else reg["sft_draws"]
     if not _REPORT_ONLY.value:
       blocks = [block(reg, root, s) for s in draws]
       if not _DRY_RUN.value:
         todo = [w for b in blocks for w, _ in [b["sft"], *b["runs"], *b["prm_runs"]]
-                if not os.path.exists(os.path.join(w, "summary.json"))]
+                if not _finished(w)]
         record_launch(root, reg["study"], todo)
       for blk in blocks:
         run_block(blk, _JOBS.value, _DRY_RUN.value)
