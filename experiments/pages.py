@@ -211,9 +211,11 @@ def _draws_sentence(root: str, findings) -> str:
   several = [f for f in findings if (cell(root, f).sft_draws or f.sft_draws) > 1]
   if not several:
     return "Every finding rests on ONE SFT draw; the column says which."
+  one = [f for f in findings if f not in several]
   return ("The SFT column says how many SFT draws each finding rests on; a pre-registered "
           "comparison over several draws treats the draw as the unit (its interval and Holm "
-          "p-value are over draws) and says whether the finding replicated.")
+          "p-value are over draws) and says whether the finding replicated"
+          + ("; the rows on one draw are exploratory." if one else "."))
 
 
 def readme_block(root: str) -> str:

@@ -206,4 +206,5 @@ def test_registered_rows_come_first_and_the_rest_is_exploratory(tmp_path, monkey
   # The toy rows are in the replication section, not again among the exploratory families.
   assert results.count("toy oracle: Δ vs grpo") == 2  # the replication section and the headline
   assert "a pre-registered comparison over several draws" in _block(out["README.md"])
+  assert "the rows on one draw are exploratory." in _block(out["README.md"])
   _check_block(str(tmp_path), _block(out["README.md"]))  # the registered rows' numbers too
