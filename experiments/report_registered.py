@@ -80,7 +80,11 @@ def provenance(path: str, launches: str | None) -> dict:
              registration_precedes_runs=None)
   if launches and os.path.exists(launches):
     with open(launches) as f:
-      out["launches"] = [json.loads(line) for line in f if line.strip()]
+      # Each launch's commit, clean tree and start; its run list is counted, not copied (work
+      # dirs are paths of one machine).
+      out["launches"] = [dict({k: e[k] for k in ("commit", "clean", "started") if k in e},
+                              runs=len(e.get("runs", ())))
+                         for e in map(json.loads, filter(str.strip, f))]
   if out["launches"]:
     out["first_run_started"] = min(e["started"] for e in out["launches"])
   if reg["changed"] and out["launches"]:

@@ -180,7 +180,8 @@ def test_the_report_command_prints_the_registration_and_marks_the_rest_explorato
   commit = git("rev-parse", "HEAD")
   launches = tmp_path / "launches.jsonl"
   launches.write_text(json.dumps(dict(commit=commit, clean=True,
-                                      started="2026-11-28T23:43:09+00:00", runs=[])) + "\n")
+                                      started="2026-11-28T23:43:09+00:00",
+                                      runs=["/a/machine/path/sft1/grpo_seed0"])) + "\n")
   out = tmp_path / "out"
   subprocess.run([sys.executable, "-m", "experiments.report",
                   f"--workdirs={runs_root}/sft*/*_seed*", f"--prereg={repo / 'toy.json'}",
@@ -194,6 +195,10 @@ def test_the_report_command_prints_the_registration_and_marks_the_rest_explorato
   assert "| M | method − grpo | +0.033 |" in text and "Exploratory (not registered): extra" in text
   data = json.loads((tmp_path / "out.json").read_text())
   assert data["registered"]["provenance"]["registered"][0] == commit
+  # The launches are counted, not copied: no machine's paths in a committed report.
+  assert data["registered"]["provenance"]["launches"] == [dict(
+      commit=commit, clean=True, started="2026-11-28T23:43:09+00:00", runs=1)]
+  assert "/a/machine/path" not in (tmp_path / "out.json").read_text()
   assert [c["id"] for c in data["registered"]["comparisons"]] == ["M", "O"]
   by = {v["name"]: v for v in data["variants"]}
   assert by["method"]["sfts"] == 4 - 1 and "2/1" in by["method"]["test_accuracy_by_seed"]
