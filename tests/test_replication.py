@@ -85,6 +85,7 @@ def test_status_counts_what_is_done_without_reading_results(tmp_path):
       with open(os.path.join(workdir, "summary.json"), "w") as f:
         f.write("{}")  # its content is never read
   os.makedirs(replication.run_dir(root, "replication_v2", 102, "latr_p64", 2))  # under way
+  os.makedirs(replication.prm_out(root, "replication_v2", 102))  # the PRM's training began
   prm = replication.block(reg, root, 101)["prm_dir"]
   os.makedirs(os.path.join(os.path.dirname(prm), "judge"))
   with open(os.path.join(os.path.dirname(prm), "judge", "prm-sft.json"), "w") as f:
@@ -95,7 +96,7 @@ def test_status_counts_what_is_done_without_reading_results(tmp_path):
       cwd=REPO, capture_output=True, text=True, check=True).stdout.splitlines()
   assert out == [
       "sft101: SFT done, PRM judged, runs 18/18 finished (complete)",
-      "sft102: SFT done, PRM not trained, runs 4/18 finished, 1 under way",
+      "sft102: SFT done, PRM under way, runs 4/18 finished, 1 under way",
       "sft103: SFT not started, PRM not trained, runs 0/18 finished",
       "sft104: SFT not started, PRM not trained, runs 0/18 finished"]
   assert not os.path.exists(os.path.join(tmp_path, "replication_v2", "launches.jsonl"))

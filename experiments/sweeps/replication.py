@@ -129,8 +129,10 @@ def status(reg: dict, root: str) -> list[str]:
     parts = [f"sft{sft}: SFT {sft_state}"]
     if blk["prm"]:
       judge = os.path.join(os.path.dirname(blk["prm_dir"]), "judge")
-      parts.append("PRM " + ("judged" if _judged(judge) else "trained" if os.path.exists(
-          os.path.join(blk["prm_dir"], "prm.json")) else "not trained"))
+      trained = os.path.exists(os.path.join(blk["prm_dir"], "prm.json"))
+      parts.append("PRM " + ("judged" if _judged(judge) else "trained" if trained else
+                             "under way" if os.path.isdir(os.path.dirname(blk["prm_dir"])) else
+                             "not trained"))
     parts.append(f"runs {done}/{len(runs)} finished" + (f", {started} under way" if started
                                                         else ""))
     lines.append(", ".join(parts) + (" (complete)" if done == len(runs) else ""))
