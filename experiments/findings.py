@@ -58,8 +58,26 @@ DEF = "default_experiment_report.json"
 VS4, VS8 = "Δ test acc. vs GRPO G = 4", "Δ test acc. vs GRPO G = 8"
 VS4P, VS8P = "Δ vs GRPO G = 4 on the pool", "Δ vs GRPO G = 8 on the pool"
 SHARE = "share of the oracle's gain"
+R = "replication_v2_report.json"  # the pre-registered replication (fresh SFT draws)
+
+
+def _r(id_, family, method, comparison, measure, wording=""):
+  return Finding(id_, family, method, measure, R, comparison, "registered", sft="fresh",
+                 wording=wording)
+
 
 FINDINGS: tuple[Finding, ...] = (
+    _r("F1", "process reward", "oracle: PAV with a perfect prover (`oracle_prm`)", "F1", VS4),
+    _r("F2", "process reward", "PAV, best-of-4 Monte Carlo PRM (`pav_bok4_a1`)", "F2", VS4),
+    Finding("F2_share", "process reward", "PAV, best-of-4 Monte Carlo PRM (`pav_bok4_a1`)",
+            SHARE, R, "pav_bok4_a1", "registered_share", sft="fresh"),
+    _r("F3a", "rollout engine", "LATR, 64 prompts x 4 (`latr_p64`)", "F3a", VS4,
+       wording="at about its rollout tokens"),
+    _r("F3b", "rollout engine", "LATR, 64 prompts x 4 (`latr_p64`)", "F3b", VS8,
+       wording="with about half its rollout tokens"),
+    _r("F3c", "rollout engine", "LATR, 64 prompts x 4 (`latr_p64`)", "F3c",
+       "Δ test acc. vs GRPO at 64 prompts x 4 (`grpo_p64`)",
+       wording="the tree, beyond the 64 prompts"),
     Finding("default", "default experiment", "GRPO after SFT on flawed demonstrations",
             "held-out greedy acc., SFT -> RL", DEF, "default_seed0_fused_logprob", "from_to",
             keys=("sft_accuracy", "rl_accuracy"), sft="its own",
@@ -68,11 +86,11 @@ FINDINGS: tuple[Finding, ...] = (
     _d("g16", "budget", "GRPO G = 16", G, "grpo_g16", "grpo_g4", VS4),
     _d("oracle_prm", "process reward", "oracle: PAV with a perfect prover (`oracle_prm`)", G,
        "oracle_prm", "grpo_g4", VS4,
-       wording="one SFT; a retrained SFT gave less (Results page)"),
+       wording="one SFT; replicated on fresh draws (F1)"),
     _d("oracle_prm_r", "process reward", "oracle: PAV with a perfect prover (`oracle_prm`)", E,
        "oracle_prm", "grpo_g4", VS4, sft="retrained"),
     _d("pav", "process reward", "PAV, best-of-4 Monte Carlo PRM (`pav_bok4_a1`)", M,
-       "pav_bok4_a1", "grpo_g4", VS4, wording="higher on every seed of one SFT; replication pending"),
+       "pav_bok4_a1", "grpo_g4", VS4, wording="higher on every seed of one SFT; not replicated on fresh draws (F2)"),
     _s("pav_share", "process reward", "PAV, best-of-4 Monte Carlo PRM (`pav_bok4_a1`)", M,
        "pav_bok4_a1", SHARE, wording="delta-method interval, one SFT"),
     _d("pav_r", "process reward", "PAV, best-of-4 Monte Carlo PRM (`pav_bok4_a1`)", E,
@@ -110,9 +128,9 @@ FINDINGS: tuple[Finding, ...] = (
     _d("oracle_treepo", "rollout engine", "oracle: TreePO cut at step boundaries "
        "(`oracle_treepo`)", M, "oracle_treepo", "grpo_g4", VS4),
     _d("latr_p64", "rollout engine", "LATR, 64 prompts x 4 (`latr_p64`)", M, "latr_p64",
-       "grpo_g4", VS4),
+       "grpo_g4", VS4, wording="one SFT; not replicated on fresh draws (F3a)"),
     _d("latr_p64_g8", "rollout engine", "LATR, 64 prompts x 4 (`latr_p64`)", M, "latr_p64",
-       "grpo_g8", VS8, wording="with half its rollout tokens; interval near 0, level from a retrained SFT"),
+       "grpo_g8", VS8, wording="with half its rollout tokens; not replicated on fresh draws (F3b)"),
     _d("latr_p64_r", "rollout engine", "LATR, 64 prompts x 4 (`latr_p64`)", E, "latr_p64",
        "grpo_g4", VS4, sft="retrained"),
     _d("latr_p64_g8_r", "rollout engine", "LATR, 64 prompts x 4 (`latr_p64`)", E, "latr_p64",
@@ -134,5 +152,5 @@ FINDINGS: tuple[Finding, ...] = (
 )
 
 # The README's table: the headline findings, in this order.
-HEADLINE = ("oracle_prm", "pav", "pav_share", "latr_p64", "latr_p64_g8", "knapsack_share",
-            "insight_share", "v05", "default")
+HEADLINE = ("F1", "F2", "F2_share", "F3a", "F3b", "F3c", "knapsack_share", "insight_share",
+            "v05", "default")
