@@ -278,7 +278,8 @@ def test_command_check_finds_a_wrong_module_and_flag():
   assert command_errors("python -m experiments.nope --x=1") == ["no module experiments.nope"]
   assert command_errors("python -m experiments.eval \\\n  --workdr=runs/x") == [
       "experiments.eval has no flag --workdr"]
-  good = "python -m experiments.run --config=experiments/configs/default.py --config.rl.clip_high=0.28"
+  good = ("python -m experiments.run --config=experiments/configs/default.py "
+          "--config.rl.clip_high=0.28")
   assert override_errors(good) == []
   assert override_errors(good.replace("rl.clip_high", "rl.clip_higher")) == [
       "experiments/configs/default.py has no field config.rl.clip_higher"]
