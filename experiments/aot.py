@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from experiments import cli
@@ -27,8 +27,7 @@ _PHASES = flags.DEFINE_list("phases", list(aot.PHASES), f"Phases to compile, of 
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.start(argv, quiet=False)
   for line in aot.compile_phases(cli.config_value(_CONFIG), _TOPOLOGY.value, _PHASES.value):
     print(json.dumps(line), flush=True)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments.report_stats import (effect, oracle_baselines, parse_oracles, share, unit,
@@ -181,8 +181,7 @@ def markdown(merged: dict) -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.start(argv, quiet=False)
   reports = []
   for path in _REPORTS.value:
     try:

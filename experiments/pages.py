@@ -32,7 +32,7 @@ import json
 import os
 import re
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments.findings import E, FINDINGS, G, HEADLINE, M, REGISTERED_KINDS, Finding
@@ -401,8 +401,7 @@ def render(root: str) -> dict[str, str]:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.start(argv, quiet=False)
   root = _ROOT.value
   pages = render(root)
   os.makedirs(os.path.join(root, "docs"), exist_ok=True)
