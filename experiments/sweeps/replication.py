@@ -57,20 +57,21 @@ def _needs_prm(overrides: dict) -> bool:
 
 def block(reg: dict, root: str, sft: int) -> dict:
   """One SFT draw's processes as argv lists: 'sft' (workdir, argv), 'prm' and 'judge' argv (None
-  where no row reads a PRM) and 'prm_dir' (the PRM's directory), and 'runs' / 'prm_runs':
-  (workdir, argv) of the rows that do not / do read the PRM, seed by seed."""
+  where no row reads a PRM), 'prm_dir' and 'judge_dir' (where the PRM and its judgement go), and
+  'runs' / 'prm_runs': (workdir, argv) of the rows that do not / do read the PRM, seed by seed."""
   study, base = reg["study"], reg["base_config"]
   sdir = sft_dir(root, study, sft)
   prm_dir = os.path.join(prm_out(root, study, sft), PRM_KIND_DIR)
+  judge_dir = os.path.join(prm_out(root, study, sft), "judge")
   out = dict(sft=(sdir, launch.command(base, sdir, {"seed": 0, "sft.seed": sft, "rl.steps": 0,
                                                      "control.enabled": False})),
-             prm=None, judge=None, prm_dir=prm_dir, runs=[], prm_runs=[])
+             prm=None, judge=None, prm_dir=prm_dir, judge_dir=judge_dir, runs=[], prm_runs=[])
   if any(_needs_prm(o) for o in reg["rows"].values()):
     flags_ = [f"--{k}={v}" for k, v in reg["prm"].items()]
     out["prm"] = [sys.executable, "-m", "experiments.train_prm", f"--workdir={sdir}",
                   f"--out={prm_out(root, study, sft)}"] + flags_
     out["judge"] = [sys.executable, "-m", "experiments.eval_prm", f"--workdir={sdir}",
-                    f"--prm={prm_dir}", f"--out={os.path.join(prm_out(root, study, sft), 'judge')}"]
+                    f"--prm={prm_dir}", f"--out={judge_dir}"]
   for seed in reg["rl_seeds"]:
     for row, overrides in reg["rows"].items():
       values = {k: prm_dir if v == "{prm_dir}" else v for k, v in overrides.items()}
@@ -111,6 +112,10 @@ def _judged(judge_dir: str) -> bool:
   return os.path.isdir(judge_dir) and any(f.endswith(".json") for f in os.listdir(judge_dir))
 
 
+def _trained(prm_dir: str) -> bool:
+  return os.path.exists(os.path.join(prm_dir, "prm.json"))
+
+
 def _finished(workdir: str) -> bool:
   return os.path.exists(os.path.join(workdir, "summary.json"))
 
@@ -128,9 +133,8 @@ def status(reg: dict, root: str) -> list[str]:
                  "under way" if os.path.isdir(blk["sft"][0]) else "not started")
     parts = [f"sft{sft}: SFT {sft_state}"]
     if blk["prm"]:
-      judge = os.path.join(os.path.dirname(blk["prm_dir"]), "judge")
-      trained = os.path.exists(os.path.join(blk["prm_dir"], "prm.json"))
-      parts.append("PRM " + ("judged" if _judged(judge) else "trained" if trained else
+      parts.append("PRM " + ("judged" if _judged(blk["judge_dir"]) else
+                             "trained" if _trained(blk["prm_dir"]) else
                              "under way" if os.path.isdir(os.path.dirname(blk["prm_dir"])) else
                              "not trained"))
     parts.append(f"runs {done}/{len(runs)} finished" + (f", {started} under way" if started
@@ -146,9 +150,8 @@ def run_block(blk: dict, jobs: int, dry_run: bool) -> None:
   background = None
   if blk["prm"]:
     prm_dir = blk["prm_dir"]
-    judge_dir = os.path.join(os.path.dirname(prm_dir), "judge")
-    todo = [cmd for cmd, done in ((blk["prm"], os.path.exists(os.path.join(prm_dir, "prm.json"))),
-                                  (blk["judge"], _judged(judge_dir))) if not done]
+    todo = [cmd for cmd, done in ((blk["prm"], _trained(prm_dir)),
+                                  (blk["judge"], _judged(blk["judge_dir"]))) if not done]
     if dry_run:
       for cmd in todo:
         print(" ".join(cmd), flush=True)
