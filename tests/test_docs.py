@@ -13,7 +13,6 @@ exists and flags it defines, and each `--config.a.b` override is a field of its 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
 import pathlib
 import re
@@ -24,6 +23,7 @@ from markdown.extensions import toc
 import pytest
 
 from experiments import aot_table
+from experiments.sweeps import launch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCANNED_DIRS = ("rl_jax", "kernels", "experiments", "benchmarks", "tests", "colab")
@@ -242,15 +242,6 @@ def command_errors(text: str) -> list[str]:
   return errors
 
 
-def _config(spec: str):
-  """The ConfigDict of `FILE[:variant]`, as `--config=` loads it."""
-  path, _, variant = spec.partition(":")
-  loader = importlib.util.spec_from_file_location("_doc_config", ROOT / path)
-  module = importlib.util.module_from_spec(loader)
-  loader.loader.exec_module(module)
-  return module.get_config(variant) if variant else module.get_config()
-
-
 def override_errors(text: str) -> list[str]:
   """`--config.a.b=...` overrides of a command whose `--config=FILE` exists that name no field."""
   errors = []
@@ -258,7 +249,7 @@ def override_errors(text: str) -> list[str]:
     spec = re.search(r"--config=([^\s\"']+)", m.group(2))
     if not spec or not (ROOT / spec.group(1).partition(":")[0]).is_file():
       continue  # no config, or a placeholder such as FILE
-    config = _config(spec.group(1))
+    config = launch.config_file(str(ROOT / spec.group(1)))
     for field in re.findall(r"--config\.([\w.]+)", m.group(2)):
       if field.rsplit(".", 1)[-1] not in _fields(config, field):
         errors.append(f"{spec.group(1)} has no field config.{field}")

@@ -59,16 +59,21 @@ def _shares_sft(overrides: dict) -> bool:
   return not any(k.startswith(_SFT_PREFIXES) for k in overrides)
 
 
+def config_file(spec: str, flag: str = "--config"):
+  """The ConfigDict a config file spec `path[:variant]` makes (what `--config=` loads); `flag`
+  names the spec in the error for a missing file."""
+  path, _, arg = spec.partition(":")
+  loader = importlib.util.spec_from_file_location("_sweep_base_config", path)
+  if loader is None:
+    raise FileNotFoundError(f"{flag}={spec!r}: no config file {path!r}")
+  module = importlib.util.module_from_spec(loader)
+  loader.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
 def base_sft_seed(base_config: str) -> int:
   """`sft.seed` of the base config file (`path[:variant]`); -1 where it has none."""
-  path, _, arg = base_config.partition(":")
-  spec = importlib.util.spec_from_file_location("_sweep_base_config", path)
-  if spec is None:
-    raise FileNotFoundError(f"--base_config={base_config!r}: no config file {path!r}")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config(arg) if arg else module.get_config()
-  return int(config.sft.get("seed", -1))
+  return int(config_file(base_config, "--base_config").sft.get("seed", -1))
 
 
 def plan(runs: list[dict], base_config: str, root: str, share_sft: bool,
